@@ -1,0 +1,74 @@
+# mirrorfs: build, test, try out, install.
+#
+#   make build          release build ($(TARGET_DIR)/release/mirrorfs)
+#   make test           cargo test --all-features, then the external checks (tests/external/run-all.sh,
+#                       needs root) against the debug binary; PROFILE=release tests the release one
+#   make test-unit      only cargo test;  make test-external: only the external checks
+#   make demo           build, mount a fresh 2-leg mirror in a temp folder (DEMO_DIR=... to choose),
+#                       print where the legs and the mount are and how to unmount
+#   make install        install the release binary as $(PREFIX)/sbin/mirrorfs (and the man page
+#                       docs/mirrorfs.8 if there is one); DESTDIR is honoured
+#   make lint           cargo fmt --check and cargo clippy -D warnings
+#   make clean          cargo clean and the external checks' logs
+
+CARGO ?= cargo
+PROFILE ?= debug
+PREFIX ?= /usr/local
+DEMO_DIR ?=
+TARGET_DIR := $(abspath $(or $(CARGO_TARGET_DIR),target))
+RELEASE_BIN := $(TARGET_DIR)/release/mirrorfs
+TEST_BIN := $(TARGET_DIR)/$(PROFILE)/mirrorfs
+
+# In CI: no colours, and every failing test reported, not only the first test binary's.
+ifneq ($(CI),)
+export CARGO_TERM_COLOR := never
+CARGO_TEST_FLAGS ?= --no-fail-fast
+endif
+
+.PHONY: all build build-debug test test-unit test-external demo install lint clean
+
+all: build
+
+build:
+	$(CARGO) build --release
+
+build-debug:
+	$(CARGO) build
+
+test: test-unit test-external
+
+test-unit:
+	$(CARGO) test --all-features $(CARGO_TEST_FLAGS)
+
+test-external: $(if $(filter release,$(PROFILE)),build,build-debug)
+	MIRRORFS=$(TEST_BIN) EXT_OUT=$(TARGET_DIR)/external tests/external/run-all.sh
+
+demo: build
+	@set -e; \
+	if [ -n "$(DEMO_DIR)" ]; then \
+		d="$(abspath $(DEMO_DIR))"; mkdir -p "$$d"; \
+		[ -z "$$(ls -A "$$d")" ] || { echo "demo: $$d is not empty; choose another DEMO_DIR" >&2; exit 1; }; \
+	else d=$$(mktemp -d /tmp/mirrorfs-demo.XXXXXX); fi; \
+	mkdir -p "$$d/leg0" "$$d/leg1" "$$d/mnt"; \
+	"$(RELEASE_BIN)" "$$d/leg0:$$d/leg1" "$$d/mnt"; \
+	echo "hello from mirrorfs" > "$$d/mnt/hello.txt"; \
+	echo; \
+	echo "mirrorfs is mounted at  $$d/mnt"; \
+	echo "its legs (mirrors) are  $$d/leg0  and  $$d/leg1"; \
+	echo "try:       echo hi > $$d/mnt/x; cat $$d/leg0/x $$d/leg1/x"; \
+	echo "unmount:   umount $$d/mnt    (as a non-root user: fusermount3 -u $$d/mnt)"; \
+	echo "clean up:  rm -rf $$d        (after unmounting)"
+
+install: build
+	install -D -m755 "$(RELEASE_BIN)" "$(DESTDIR)$(PREFIX)/sbin/mirrorfs"
+	if [ -f docs/mirrorfs.8 ]; then \
+		install -D -m644 docs/mirrorfs.8 "$(DESTDIR)$(PREFIX)/share/man/man8/mirrorfs.8"; \
+	fi
+
+lint:
+	$(CARGO) fmt --check
+	$(CARGO) clippy --all-targets --all-features -- -D warnings
+
+clean:
+	$(CARGO) clean
+	rm -rf "$(TARGET_DIR)/external"

@@ -1,0 +1,144 @@
+//! Mounting and serving, in the foreground or as a daemon.
+//!
+//! Without `-f` the process forks before any thread exists. The child mounts, writes the
+//! superblocks of a new mirror, and tells the parent through a pipe; the parent exits 0 only
+//! then (or prints the child's error and exits 1), so `mirrorfs ...; ls MOUNT` always works.
+//! SIGINT, SIGTERM and SIGHUP unmount cleanly; so does `umount MOUNT`.
+
+use super::validate::{validate, Validated};
+use super::Args;
+use crate::config::MountConfig;
+use crate::fs::{FsConfig, MirrorFs};
+use crate::fuse::{CacheTimeouts, MirrorFuse};
+use crate::leg::Leg;
+use crate::meta::array::ArrayPlan;
+use crate::sys;
+use std::io::{Read, Write};
+use std::sync::Arc;
+
+/// Everything checked, nothing touched yet.
+struct Prepared {
+    config: MountConfig,
+    checked: Validated,
+    plan: ArrayPlan,
+    fsname: String,
+}
+
+fn prepare(args: &Args) -> Result<Prepared, Vec<String>> {
+    let config = MountConfig::parse(&args.options)?;
+    let checked = validate(&args.legs, &args.mountpoint).map_err(|e| vec![e])?;
+    let plan = ArrayPlan::prepare(&checked.shown, &checked.legs, checked.some_leg_is_fs_root)
+        .map_err(|e| vec![e])?;
+    Ok(Prepared {
+        config,
+        checked,
+        plan,
+        fsname: args.legs.clone(),
+    })
+}
+
+/// Runs the command: validates, then mounts and serves (forking first unless `-f`).
+pub fn start(args: &Args) -> Result<(), Vec<String>> {
+    let p = prepare(args)?;
+    if args.foreground {
+        return serve(p, None).map_err(|e| vec![e]);
+    }
+    let (mut reader, writer) = std::io::pipe().map_err(|e| vec![format!("pipe: {e}")])?;
+    match sys::fork().map_err(|e| vec![format!("fork: {e}")])? {
+        0 => {
+            drop(reader);
+            sys::setsid();
+            let code = match serve(p, Some(writer)) {
+                Ok(()) => 0,
+                Err(e) => {
+                    log::error!("{e}");
+                    1
+                }
+            };
+            std::process::exit(code);
+        }
+        _child => {
+            drop(writer);
+            let mut msg = String::new();
+            let _ = reader.read_to_string(&mut msg);
+            match msg.strip_prefix("OK") {
+                Some(_) => Ok(()),
+                None if msg.is_empty() => {
+                    Err(vec!["the daemon exited before the mount was ready".into()])
+                }
+                None => Err(msg.lines().map(str::to_string).collect()),
+            }
+        }
+    }
+}
+
+/// Mounts and serves until unmounted. `ready` (background mode) learns "OK" or the error.
+fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), String> {
+    let fail = |ready: &mut Option<std::io::PipeWriter>, e: String| {
+        if let Some(w) = ready.as_mut() {
+            let _ = w.write_all(e.as_bytes());
+        }
+        e
+    };
+    sys::clear_umask();
+    sys::raise_nofile_limit();
+    // Before any thread starts, so that every thread inherits the mask and only the signal
+    // thread below receives them.
+    sys::block_termination_signals();
+    let mut legs = Vec::new();
+    for (i, path) in p.checked.legs.iter().enumerate() {
+        let leg = Leg::open(i, path)
+            .map_err(|e| fail(&mut ready, format!("leg '{}': {e}", p.checked.shown[i])))?;
+        legs.push(leg);
+    }
+    let policy = crate::policy::by_name(&p.config.read_policy).expect("validated");
+    let fs_config = FsConfig {
+        hide_lost_found: p.checked.some_leg_is_fs_root,
+        threads_per_leg: p.config.threads,
+    };
+    let superblocks = p.plan.superblocks.iter().cloned().map(Some).collect();
+    let fs = MirrorFs::new(legs, superblocks, policy, fs_config)
+        .map_err(|e| fail(&mut ready, format!("cannot open the legs: {e}")))?;
+    let fs = Arc::new(fs);
+    let ttl = CacheTimeouts {
+        attr: p.config.attr_timeout,
+        entry: p.config.entry_timeout,
+    };
+    let fuse_config = p.config.fuser_config(&p.fsname);
+    let mountpoint = p.checked.mountpoint.clone();
+    let mut session = fuser::Session::new(MirrorFuse::new(fs.clone(), ttl), &mountpoint, &fuse_config)
+        .map_err(|e| {
+            fail(
+                &mut ready,
+                format!("cannot mount on '{}': {e}", mountpoint.display()),
+            )
+        })?;
+    if let Err(e) = p.plan.commit() {
+        let _ = session.unmount();
+        return Err(fail(&mut ready, e));
+    }
+    let mut unmounter = session.unmount_callable();
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let sig = sys::wait_for_termination_signal();
+            log::info!("signal {sig}: unmounting");
+            if let Err(e) = unmounter.unmount() {
+                log::error!("unmount failed: {e}");
+            }
+        })
+        .map_err(|e| fail(&mut ready, format!("cannot start the signal thread: {e}")))?;
+    if let Some(mut w) = ready.take() {
+        let _ = w.write_all(b"OK");
+        drop(w);
+        sys::redirect_stdio_to_null();
+    }
+    log::info!(
+        "mounted {} legs on '{}'",
+        fs.mirror().legs().len(),
+        mountpoint.display()
+    );
+    session
+        .run()
+        .map_err(|e| format!("session ended with an error: {e}"))
+}

@@ -1,0 +1,119 @@
+//! Checking the legs and the mount point before anything is touched.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// Legs and mount point, checked and canonical.
+#[derive(Debug)]
+pub struct Validated {
+    /// The legs as the user wrote them (for messages).
+    pub shown: Vec<String>,
+    pub legs: Vec<PathBuf>,
+    pub mountpoint: PathBuf,
+    /// Some leg is the root of its own filesystem (its `lost+found` is not ours).
+    pub some_leg_is_fs_root: bool,
+}
+
+fn canonical_dir(what: &str, shown: &str) -> Result<PathBuf, String> {
+    let p = Path::new(shown);
+    let meta = match std::fs::metadata(p) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(format!("{what} '{shown}' does not exist"))
+        }
+        Err(e) => return Err(format!("{what} '{shown}' cannot be used: {e}")),
+    };
+    if !meta.is_dir() {
+        return Err(format!("{what} '{shown}' is not a directory"));
+    }
+    std::fs::canonicalize(p).map_err(|e| format!("{what} '{shown}' cannot be used: {e}"))
+}
+
+fn is_fs_root(p: &Path) -> bool {
+    let Some(parent) = p.parent() else {
+        return true;
+    };
+    match (std::fs::metadata(p), std::fs::metadata(parent)) {
+        (Ok(a), Ok(b)) => a.dev() != b.dev(),
+        _ => false,
+    }
+}
+
+/// Checks `LEG[:LEG...]` and the mount point.
+pub fn validate(legs_arg: &str, mountpoint: &Path) -> Result<Validated, String> {
+    let shown: Vec<String> = legs_arg.split(':').map(str::to_string).collect();
+    if shown.iter().any(|s| s.is_empty()) {
+        return Err(format!("empty leg in '{legs_arg}'"));
+    }
+    let mut legs: Vec<PathBuf> = Vec::new();
+    let mut ids: Vec<(u64, u64)> = Vec::new();
+    for s in &shown {
+        let c = canonical_dir("leg", s)?;
+        let m = std::fs::metadata(&c).map_err(|e| format!("leg '{s}' cannot be used: {e}"))?;
+        if legs.contains(&c) || ids.contains(&(m.dev(), m.ino())) {
+            return Err(format!("leg '{s}' is given twice"));
+        }
+        ids.push((m.dev(), m.ino()));
+        legs.push(c);
+    }
+    for (i, a) in legs.iter().enumerate() {
+        for (j, b) in legs.iter().enumerate() {
+            if i != j && a.starts_with(b) {
+                return Err(format!("leg '{}' is inside leg '{}'", shown[i], shown[j]));
+            }
+        }
+    }
+    let mshown = mountpoint.display().to_string();
+    let m = canonical_dir("mount point", &mshown)?;
+    for (i, leg) in legs.iter().enumerate() {
+        if leg.starts_with(&m) {
+            return Err(format!(
+                "leg '{}' is inside the mount point '{mshown}'",
+                shown[i]
+            ));
+        }
+        if m.starts_with(leg) {
+            return Err(format!(
+                "mount point '{mshown}' is inside leg '{}'",
+                shown[i]
+            ));
+        }
+    }
+    let some_leg_is_fs_root = legs.iter().any(|l| is_fs_root(l));
+    Ok(Validated {
+        shown,
+        legs,
+        mountpoint: m,
+        some_leg_is_fs_root,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_layouts_are_named() {
+        let d = tempfile::tempdir().unwrap();
+        let a = d.path().join("a");
+        let m = d.path().join("m");
+        std::fs::create_dir_all(a.join("inner")).unwrap();
+        std::fs::create_dir(&m).unwrap();
+        std::fs::write(d.path().join("file"), b"").unwrap();
+        let s = |p: &Path| p.display().to_string();
+        let ok = validate(&format!("{}:{}", s(&a), s(&d.path().join("b_missing"))), &m);
+        assert!(ok.unwrap_err().ends_with("does not exist"));
+        let e = validate(&format!("{}:{}", s(&a), s(&d.path().join("file"))), &m).unwrap_err();
+        assert!(e.ends_with("is not a directory"), "{e}");
+        let e = validate(&format!("{}:{}/.", s(&a), s(&a)), &m).unwrap_err();
+        assert!(e.ends_with("is given twice"), "{e}");
+        let e = validate(&format!("{}:{}", s(&a), s(&a.join("inner"))), &m).unwrap_err();
+        assert!(e.contains("is inside leg"), "{e}");
+        let e = validate(&s(&a), &a.join("inner")).unwrap_err();
+        assert!(e.contains("mount point") && e.contains("is inside leg"), "{e}");
+        std::fs::create_dir(m.join("leg")).unwrap();
+        let e = validate(&s(&m.join("leg")), &m).unwrap_err();
+        assert!(e.contains("is inside the mount point"), "{e}");
+        assert!(validate(&format!("{}:", s(&a)), &m).unwrap_err().contains("empty leg"));
+    }
+}

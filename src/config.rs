@@ -1,0 +1,255 @@
+//! Mount options: parsed once into a typed [`MountConfig`], every problem reported as one line.
+
+use std::time::Duration;
+
+/// Everything `-o` can say.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MountConfig {
+    /// Let users other than the mounting one use the mount. Default: on when root mounts.
+    pub allow_other: bool,
+    /// Let the kernel check mode bits (default on). Off only with `no_default_permissions`;
+    /// with `allow_other` and a root daemon, off means every user can read every file.
+    pub default_permissions: bool,
+    /// FUSE worker threads (requests in flight at once). Default 8.
+    pub threads: usize,
+    /// Source name shown in /proc/mounts. Default: the leg list.
+    pub fsname: Option<String>,
+    /// How long the kernel caches attributes / names. Default 1 s each.
+    pub attr_timeout: Duration,
+    pub entry_timeout: Duration,
+    /// The read policy's name.
+    pub read_policy: String,
+    /// Kernel mount flags as given (ro, nosuid, noexec...), passed through.
+    pub read_only: bool,
+    pub dev: bool,
+    pub suid: bool,
+    pub exec: bool,
+    pub atime: Option<bool>,
+    pub sync: bool,
+    pub dirsync: bool,
+}
+
+impl Default for MountConfig {
+    fn default() -> Self {
+        MountConfig {
+            allow_other: crate::sys::geteuid() == 0,
+            default_permissions: true,
+            threads: 8,
+            fsname: None,
+            attr_timeout: Duration::from_secs(1),
+            entry_timeout: Duration::from_secs(1),
+            read_policy: "first".to_string(),
+            read_only: false,
+            dev: false,
+            suid: false,
+            exec: true,
+            atime: None,
+            sync: false,
+            dirsync: false,
+        }
+    }
+}
+
+/// Options mount(8) and mount.fuse3 pass that need nothing from us.
+const IGNORED: &[&str] = &[
+    "defaults",
+    "nofail",
+    "_netdev",
+    "auto",
+    "noauto",
+    "user",
+    "users",
+    "nouser",
+    "owner",
+    "relatime",
+    "norelatime",
+    "strictatime",
+    "nodiratime",
+    "diratime",
+    "lazytime",
+    "nolazytime",
+    "async",
+    "comment",
+    "x-systemd.automount",
+];
+
+fn parse_timeout(key: &str, v: &str) -> Result<Duration, String> {
+    match v.parse::<f64>() {
+        Ok(s) if s >= 0.0 && s.is_finite() => Ok(Duration::from_secs_f64(s)),
+        _ => Err(format!("invalid value for '{key}': '{v}'")),
+    }
+}
+
+impl MountConfig {
+    /// Parses `-o` arguments (each may hold several comma-separated options). Returns every
+    /// problem found, one line each.
+    pub fn parse(option_args: &[String]) -> Result<MountConfig, Vec<String>> {
+        let mut c = MountConfig::default();
+        let mut errs = Vec::new();
+        for opt in option_args.iter().flat_map(|a| a.split(',')) {
+            let opt = opt.trim();
+            if opt.is_empty() {
+                continue;
+            }
+            let (key, value) = match opt.split_once('=') {
+                Some((k, v)) => (k, Some(v)),
+                None => (opt, None),
+            };
+            if let Err(e) = c.apply(key, value) {
+                errs.push(e);
+            }
+        }
+        if errs.is_empty() {
+            Ok(c)
+        } else {
+            Err(errs)
+        }
+    }
+
+    fn apply(&mut self, key: &str, value: Option<&str>) -> Result<(), String> {
+        fn need<'a>(key: &str, v: Option<&'a str>) -> Result<&'a str, String> {
+            v.ok_or_else(|| format!("option '{key}' needs a value"))
+        }
+        let flag = |v: Option<&str>| match v {
+            None => Ok(()),
+            Some(_) => Err(format!("option '{key}' takes no value")),
+        };
+        match key {
+            "allow_other" => flag(value).map(|()| self.allow_other = true),
+            "default_permissions" => flag(value).map(|()| self.default_permissions = true),
+            "no_default_permissions" => flag(value).map(|()| self.default_permissions = false),
+            "threads" => {
+                let v = need(key, value)?;
+                match v.parse::<usize>() {
+                    Ok(n) if (1..=256).contains(&n) => {
+                        self.threads = n;
+                        Ok(())
+                    }
+                    _ => Err(format!("invalid value for 'threads': '{v}'")),
+                }
+            }
+            "fsname" => {
+                let v = need(key, value)?;
+                if v.is_empty() {
+                    return Err("invalid value for 'fsname': ''".into());
+                }
+                self.fsname = Some(v.to_string());
+                Ok(())
+            }
+            "attr_timeout" => {
+                self.attr_timeout = parse_timeout(key, need(key, value)?)?;
+                Ok(())
+            }
+            "entry_timeout" => {
+                self.entry_timeout = parse_timeout(key, need(key, value)?)?;
+                Ok(())
+            }
+            "read_policy" => {
+                let v = need(key, value)?;
+                if crate::policy::by_name(v).is_none() {
+                    return Err(format!(
+                        "invalid value for 'read_policy': '{v}' (valid: {})",
+                        crate::policy::POLICY_NAMES.join(", ")
+                    ));
+                }
+                self.read_policy = v.to_string();
+                Ok(())
+            }
+            "ro" => flag(value).map(|()| self.read_only = true),
+            "rw" => flag(value).map(|()| self.read_only = false),
+            "dev" => flag(value).map(|()| self.dev = true),
+            "nodev" => flag(value).map(|()| self.dev = false),
+            "suid" => flag(value).map(|()| self.suid = true),
+            "nosuid" => flag(value).map(|()| self.suid = false),
+            "exec" => flag(value).map(|()| self.exec = true),
+            "noexec" => flag(value).map(|()| self.exec = false),
+            "atime" => flag(value).map(|()| self.atime = Some(true)),
+            "noatime" => flag(value).map(|()| self.atime = Some(false)),
+            "sync" => flag(value).map(|()| self.sync = true),
+            "dirsync" => flag(value).map(|()| self.dirsync = true),
+            k if IGNORED.contains(&k) || k.starts_with("x-") || k.starts_with("comment=") => Ok(()),
+            _ => Err(format!("unknown option '{key}'")),
+        }
+    }
+
+    /// The `fuser` session configuration.
+    pub fn fuser_config(&self, default_fsname: &str) -> fuser::Config {
+        use fuser::MountOption as M;
+        let mut o = vec![
+            M::FSName(
+                self.fsname
+                    .clone()
+                    .unwrap_or_else(|| default_fsname.to_string()),
+            ),
+            // Shown as "fuse.mirrorfs" in /proc/mounts (the kernel takes subtype= itself).
+            M::CUSTOM("subtype=mirrorfs".to_string()),
+            if self.read_only { M::RO } else { M::RW },
+            if self.dev { M::Dev } else { M::NoDev },
+            if self.suid { M::Suid } else { M::NoSuid },
+            if self.exec { M::Exec } else { M::NoExec },
+        ];
+        if self.default_permissions {
+            o.push(M::DefaultPermissions);
+        }
+        match self.atime {
+            Some(true) => o.push(M::Atime),
+            Some(false) => o.push(M::NoAtime),
+            None => {}
+        }
+        if self.sync {
+            o.push(M::Sync);
+        }
+        if self.dirsync {
+            o.push(M::DirSync);
+        }
+        let mut config = fuser::Config::default();
+        config.mount_options = o;
+        config.acl = if self.allow_other {
+            fuser::SessionACL::All
+        } else {
+            fuser::SessionACL::Owner
+        };
+        config.n_threads = Some(self.threads);
+        config.clone_fd = true;
+        config
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &[&str]) -> Result<MountConfig, Vec<String>> {
+        MountConfig::parse(&s.iter().map(|x| x.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn defaults_and_values() {
+        let c = parse(&["threads=4,attr_timeout=0.5", "ro,no_default_permissions"]).unwrap();
+        assert_eq!(c.threads, 4);
+        assert_eq!(c.attr_timeout, Duration::from_millis(500));
+        assert!(c.read_only);
+        assert!(!c.default_permissions);
+        assert_eq!(c.read_policy, "first");
+    }
+
+    #[test]
+    fn mount_helper_options_are_accepted() {
+        parse(&["rw,nosuid,nodev,noexec,relatime,defaults,nofail,_netdev,auto,user,dev,suid"])
+            .unwrap();
+    }
+
+    #[test]
+    fn every_problem_is_one_line() {
+        let e = parse(&["x,threads=abc,read_policy=fast,attr_timeout=-1"]).unwrap_err();
+        assert_eq!(
+            e,
+            vec![
+                "unknown option 'x'".to_string(),
+                "invalid value for 'threads': 'abc'".to_string(),
+                "invalid value for 'read_policy': 'fast' (valid: first)".to_string(),
+                "invalid value for 'attr_timeout': '-1'".to_string(),
+            ]
+        );
+    }
+}

@@ -1,0 +1,69 @@
+//! The one error type of the filesystem core: the errno the caller should see.
+//!
+//! Every layer below the FUSE adapter returns `Result<_, Errno>`. The value is the errno a leg
+//! returned (never flattened to EIO), or the one the core chose for a condition of its own.
+
+use std::fmt;
+use std::io;
+
+/// An errno value, as the kernel would return it to the caller.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Errno(pub i32);
+
+/// Shorthand for results of the core.
+pub type Result<T> = std::result::Result<T, Errno>;
+
+impl Errno {
+    pub const EPERM: Errno = Errno(libc::EPERM);
+    pub const ENOENT: Errno = Errno(libc::ENOENT);
+    pub const EIO: Errno = Errno(libc::EIO);
+    pub const EBADF: Errno = Errno(libc::EBADF);
+    pub const EACCES: Errno = Errno(libc::EACCES);
+    pub const EEXIST: Errno = Errno(libc::EEXIST);
+    pub const EXDEV: Errno = Errno(libc::EXDEV);
+    pub const ENOTDIR: Errno = Errno(libc::ENOTDIR);
+    pub const EISDIR: Errno = Errno(libc::EISDIR);
+    pub const EINVAL: Errno = Errno(libc::EINVAL);
+    pub const ERANGE: Errno = Errno(libc::ERANGE);
+    pub const ENOSPC: Errno = Errno(libc::ENOSPC);
+    pub const EROFS: Errno = Errno(libc::EROFS);
+    pub const ENAMETOOLONG: Errno = Errno(libc::ENAMETOOLONG);
+    pub const ENOSYS: Errno = Errno(libc::ENOSYS);
+    pub const ENOTEMPTY: Errno = Errno(libc::ENOTEMPTY);
+    pub const ENODATA: Errno = Errno(libc::ENODATA);
+    pub const ENOTSUP: Errno = Errno(libc::ENOTSUP);
+    pub const ENODEV: Errno = Errno(libc::ENODEV);
+    pub const ENXIO: Errno = Errno(libc::ENXIO);
+    pub const ESTALE: Errno = Errno(libc::ESTALE);
+    pub const ENOTCONN: Errno = Errno(libc::ENOTCONN);
+    pub const EDQUOT: Errno = Errno(libc::EDQUOT);
+    pub const EOVERFLOW: Errno = Errno(libc::EOVERFLOW);
+
+    /// The errno of the last failed libc call on this thread.
+    pub fn last() -> Errno {
+        Errno(io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO))
+    }
+
+    /// The raw value.
+    pub fn code(self) -> i32 {
+        self.0
+    }
+}
+
+impl From<io::Error> for Errno {
+    fn from(e: io::Error) -> Errno {
+        Errno(e.raw_os_error().unwrap_or(libc::EIO))
+    }
+}
+
+impl fmt::Debug for Errno {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", io::Error::from_raw_os_error(self.0), self.0)
+    }
+}
+
+impl fmt::Display for Errno {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}

@@ -1,0 +1,130 @@
+//! Open files and directories.
+
+use super::inode::Inode;
+use crate::errno::{Errno, Result};
+use crate::leg::LegIdx;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// A regular file opened through the mount: one real descriptor per leg.
+pub struct OpenFile {
+    pub inode: Arc<Inode>,
+    fds: Vec<Option<OwnedFd>>,
+    /// Per leg: the descriptor was opened with `O_DIRECT` (buffers must be aligned).
+    direct: Vec<bool>,
+    /// Data was written since the last time the legs' mtimes were made equal.
+    pub wrote: AtomicBool,
+}
+
+impl OpenFile {
+    pub fn new(inode: Arc<Inode>, fds: Vec<Option<OwnedFd>>, direct: Vec<bool>) -> OpenFile {
+        OpenFile {
+            inode,
+            fds,
+            direct,
+            wrote: AtomicBool::new(false),
+        }
+    }
+
+    pub fn fd(&self, leg: LegIdx) -> Result<BorrowedFd<'_>> {
+        self.fds
+            .get(leg)
+            .and_then(|f| f.as_ref())
+            .map(|f| f.as_fd())
+            .ok_or(Errno::EIO)
+    }
+
+    pub fn is_direct(&self, leg: LegIdx) -> bool {
+        self.direct.get(leg).copied().unwrap_or(false)
+    }
+
+    /// Legs this handle has a descriptor on.
+    pub fn legs(&self) -> Vec<LegIdx> {
+        (0..self.fds.len())
+            .filter(|&l| self.fds[l].is_some())
+            .collect()
+    }
+}
+
+/// One entry of a directory listing as the mount shows it.
+#[derive(Clone, Debug)]
+pub struct DirEntry {
+    pub ino: u64,
+    /// `S_IFMT` bits (0 when the leg did not say).
+    pub kind: u32,
+    pub name: OsString,
+}
+
+/// A directory opened through the mount. The listing is read once, when the kernel asks for
+/// offset 0, and served from memory for the following calls (offset = index + 1).
+pub struct OpenDir {
+    pub inode: Arc<Inode>,
+    pub entries: Mutex<Option<Arc<Vec<DirEntry>>>>,
+}
+
+enum Handle {
+    File(Arc<OpenFile>),
+    Dir(Arc<OpenDir>),
+}
+
+/// File handles given to the kernel. Numbers are never reused within a mount.
+pub struct HandleTable {
+    map: Mutex<HashMap<u64, Handle>>,
+    next: AtomicU64,
+}
+
+impl Default for HandleTable {
+    fn default() -> Self {
+        HandleTable {
+            map: Mutex::new(HashMap::new()),
+            next: AtomicU64::new(1),
+        }
+    }
+}
+
+impl HandleTable {
+    fn insert(&self, h: Handle) -> u64 {
+        let fh = self.next.fetch_add(1, Ordering::Relaxed);
+        self.map.lock().insert(fh, h);
+        fh
+    }
+
+    pub fn insert_file(&self, f: OpenFile) -> u64 {
+        self.insert(Handle::File(Arc::new(f)))
+    }
+
+    pub fn insert_dir(&self, d: OpenDir) -> u64 {
+        self.insert(Handle::Dir(Arc::new(d)))
+    }
+
+    pub fn file(&self, fh: u64) -> Result<Arc<OpenFile>> {
+        match self.map.lock().get(&fh) {
+            Some(Handle::File(f)) => Ok(f.clone()),
+            _ => Err(Errno::EBADF),
+        }
+    }
+
+    pub fn dir(&self, fh: u64) -> Result<Arc<OpenDir>> {
+        match self.map.lock().get(&fh) {
+            Some(Handle::Dir(d)) => Ok(d.clone()),
+            _ => Err(Errno::EBADF),
+        }
+    }
+
+    /// Forgets `fh`; the descriptors close when the last user is done with them.
+    pub fn remove(&self, fh: u64) {
+        self.map.lock().remove(&fh);
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

@@ -1,0 +1,282 @@
+//! The filesystem core: every FUSE operation as a plain method returning `Result<_, Errno>`.
+//!
+//! Knows inodes, handles and the mirror engine; knows nothing of `fuser`'s reply objects, so it
+//! is tested without a kernel mount (see the tests at the end of each file and `tests/`).
+//!
+//! Write paths and failure: every change goes to all in-sync legs in parallel through
+//! [`Mirror::fan_out`]. A leg that fails with an I/O-class error, or answers differently from
+//! the others, is dropped there (and recorded in the survivors' superblocks); the caller gets
+//! the others' answer. A change that fails alike on every leg is the caller's error and changes
+//! nothing anywhere.
+
+pub mod attr;
+pub mod handle;
+pub mod inode;
+
+mod data;
+mod dir;
+mod namespace;
+mod xattr;
+
+use crate::errno::{Errno, Result};
+use crate::leg::{Leg, LegIdx};
+use crate::meta::superblock::LegSuperblock;
+use crate::mirror::outcome::{is_leg_fault, DropReason};
+use crate::mirror::Mirror;
+use crate::policy::ReadPolicy;
+use crate::sys;
+use fuser::FileAttr;
+use handle::HandleTable;
+use inode::{Identity, Inode, InodeTable, ROOT_INO};
+use std::ffi::{CString, OsStr};
+use std::os::unix::ffi::OsStrExt;
+use std::sync::Arc;
+
+pub use sys::creds::Caller;
+
+/// Longest name a leg accepts (NAME_MAX).
+const NAME_MAX: usize = 255;
+
+/// The answer to a lookup or a creation: the new entry's attributes.
+#[derive(Clone, Debug)]
+pub struct Entry {
+    pub attr: FileAttr,
+}
+
+/// Attribute changes requested by `setattr`.
+#[derive(Clone, Debug, Default)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<TimeSpec>,
+    pub mtime: Option<TimeSpec>,
+}
+
+/// A time to set: a given instant, or "now" (resolved once, so every leg gets the same value).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeSpec {
+    Now,
+    At { sec: i64, nsec: i64 },
+}
+
+/// The answer to `statfs`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatFs {
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    pub files: u64,
+    pub ffree: u64,
+    pub bsize: u32,
+    pub namelen: u32,
+    pub frsize: u32,
+}
+
+/// The answer to `getxattr`/`listxattr`: the value, or only its size when asked with size 0.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum XattrReply {
+    Size(u32),
+    Data(Vec<u8>),
+}
+
+/// Settings of the core.
+#[derive(Clone, Debug)]
+pub struct FsConfig {
+    /// Hide a root-level `lost+found` (some leg is the root of its own filesystem).
+    pub hide_lost_found: bool,
+    /// Worker threads per leg for parallel fan-out.
+    pub threads_per_leg: usize,
+}
+
+/// The mirrored filesystem.
+pub struct MirrorFs {
+    mirror: Mirror,
+    inodes: InodeTable,
+    handles: HandleTable,
+    config: FsConfig,
+}
+
+impl MirrorFs {
+    /// A filesystem over already-validated legs.
+    pub fn new(
+        legs: Vec<Leg>,
+        superblocks: Vec<Option<LegSuperblock>>,
+        policy: Box<dyn ReadPolicy>,
+        config: FsConfig,
+    ) -> Result<MirrorFs> {
+        let mut root_fds = Vec::new();
+        let mut root_ids = Vec::new();
+        for leg in &legs {
+            let fd = sys::fd::open_root(&leg.path)?;
+            let st = sys::fd::fstat(std::os::fd::AsFd::as_fd(&fd))?;
+            root_ids.push(Identity {
+                leg: leg.idx,
+                dev: st.st_dev,
+                ino: st.st_ino,
+            });
+            root_fds.push(Some(fd));
+        }
+        let mirror = Mirror::new(legs, superblocks, config.threads_per_leg, policy);
+        Ok(MirrorFs {
+            mirror,
+            inodes: InodeTable::new(root_fds, &root_ids),
+            handles: HandleTable::default(),
+            config,
+        })
+    }
+
+    pub fn mirror(&self) -> &Mirror {
+        &self.mirror
+    }
+
+    /// How many inodes the kernel holds (root included); 1 after a clean unmount.
+    pub fn live_inodes(&self) -> usize {
+        self.inodes.live_count()
+    }
+
+    /// How many files and directories are open.
+    pub fn open_handles(&self) -> usize {
+        self.handles.len()
+    }
+
+    /// Names at the root that belong to the legs, not to the mirror.
+    fn is_reserved(&self, parent: u64, name: &OsStr) -> bool {
+        parent == ROOT_INO
+            && crate::meta::tree_compare::is_foreign_root_name(name, self.config.hide_lost_found)
+    }
+
+    /// Checks a name for a lookup: too long, or reserved (`ENOENT`: it does not exist here).
+    fn name_for_lookup(&self, parent: u64, name: &OsStr) -> Result<CString> {
+        if name.len() > NAME_MAX {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        if self.is_reserved(parent, name) || name == "." || name == ".." {
+            return Err(Errno::ENOENT);
+        }
+        CString::new(name.as_bytes()).map_err(|_| Errno::EINVAL)
+    }
+
+    /// Checks a name that is about to be created or replaced (`EPERM` for reserved names).
+    fn name_for_change(&self, parent: u64, name: &OsStr) -> Result<CString> {
+        if name.len() > NAME_MAX {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        if self.is_reserved(parent, name) {
+            return Err(Errno::EPERM);
+        }
+        if name == "." || name == ".." || name.is_empty() {
+            return Err(Errno::EINVAL);
+        }
+        CString::new(name.as_bytes()).map_err(|_| Errno::EINVAL)
+    }
+
+    /// Runs a cheap query on the metadata leg, falling back to the next in-sync leg (and
+    /// dropping the first) if it fails with an I/O-class error.
+    fn on_metadata_leg<T>(&self, what: &str, mut op: impl FnMut(LegIdx) -> Result<T>) -> Result<T> {
+        loop {
+            let leg = self.mirror.metadata_leg();
+            match op(leg) {
+                Err(e) if is_leg_fault(e) => {
+                    self.mirror.mark_failed(leg, what, DropReason::LegFault(e));
+                    if self.mirror.leg(leg).is_in_sync() {
+                        return Err(e);
+                    }
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// The attributes of `inode`, from the metadata leg.
+    fn stat_inode(&self, inode: &Inode) -> Result<FileAttr> {
+        self.on_metadata_leg("getattr", |leg| {
+            let st = sys::fd::fstat(inode.fd(leg)?)?;
+            Ok(attr::from_stat(&st, inode.ino))
+        })
+    }
+
+    pub fn getattr(&self, ino: u64) -> Result<FileAttr> {
+        let inode = self.inodes.get(ino)?;
+        self.stat_inode(&inode)
+    }
+
+    pub fn forget(&self, ino: u64, nlookup: u64) {
+        self.inodes.forget(ino, nlookup);
+    }
+
+    pub fn statfs(&self) -> Result<StatFs> {
+        const BSIZE: u64 = 4096;
+        let legs = self.mirror.in_sync_legs();
+        let mut out: Option<StatFs> = None;
+        for leg in legs {
+            let st = match sys::fd::statvfs(self.mirror.leg(leg).root()) {
+                Ok(st) => st,
+                Err(e) if is_leg_fault(e) => {
+                    self.mirror
+                        .mark_failed(leg, "statfs", DropReason::LegFault(e));
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let fr = st.f_frsize.max(1);
+            let s = StatFs {
+                blocks: st.f_blocks * fr / BSIZE,
+                bfree: st.f_bfree * fr / BSIZE,
+                bavail: st.f_bavail * fr / BSIZE,
+                files: st.f_files,
+                ffree: st.f_ffree,
+                bsize: BSIZE as u32,
+                namelen: NAME_MAX as u32,
+                frsize: BSIZE as u32,
+            };
+            out = Some(match out {
+                None => s,
+                Some(o) => StatFs {
+                    blocks: o.blocks.min(s.blocks),
+                    bfree: o.bfree.min(s.bfree),
+                    bavail: o.bavail.min(s.bavail),
+                    files: o.files.min(s.files),
+                    ffree: o.ffree.min(s.ffree),
+                    ..o
+                },
+            });
+        }
+        out.ok_or(Errno::EIO)
+    }
+
+    pub fn access(&self, ino: u64, mask: i32, caller: &Caller) -> Result<()> {
+        let inode = self.inodes.get(ino)?;
+        if mask == libc::F_OK {
+            return Ok(());
+        }
+        self.on_metadata_leg("access", |leg| {
+            let fd = inode.fd(leg)?;
+            let _creds = sys::creds::CallerCredsGuard::assume(caller)?;
+            sys::fd::access(fd, mask)
+        })
+    }
+}
+
+/// Checks that every leg returned the same value; legs that did not are dropped. Returns the
+/// metadata-most (first) leg's value.
+fn agree<T: PartialEq + Copy + std::fmt::Debug>(
+    mirror: &Mirror,
+    what: &str,
+    values: &[(LegIdx, T)],
+) -> Result<T> {
+    let Some(&(_, first)) = values.first() else {
+        return Err(Errno::EIO);
+    };
+    for &(leg, v) in &values[1..] {
+        if v != first {
+            log::error!("{what}: leg {leg} answered {v:?}, leg {} answered {first:?}", values[0].0);
+            mirror.mark_failed(leg, what, DropReason::Disagreed(Errno::EIO));
+        }
+    }
+    Ok(first)
+}
+
+/// Shared by the submodules: the inode, as an `Arc`.
+type InodeRef = Arc<Inode>;

@@ -1,0 +1,263 @@
+//! Lookups and changes to names and attributes.
+
+use super::{attr, Caller, Entry, InodeRef, MirrorFs, SetAttr, TimeSpec};
+use crate::errno::{Errno, Result};
+use crate::leg::LegIdx;
+use crate::mirror::outcome::{reconcile, DropReason};
+use crate::sys;
+use crate::sys::creds::CallerCredsGuard;
+use crate::sys::fd::Stat;
+use std::ffi::{CStr, OsStr};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+
+use super::inode::Identity;
+
+impl MirrorFs {
+    pub fn lookup(&self, parent: u64, name: &OsStr) -> Result<Entry> {
+        let cname = self.name_for_lookup(parent, name)?;
+        let p = self.inodes.get(parent)?;
+        if !p.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        let _dir = p.dir_lock.read();
+        self.lookup_locked(&p, &cname)
+    }
+
+    /// Finds `name` in `p` on every in-sync leg. The caller holds `p.dir_lock`.
+    pub(super) fn lookup_locked(&self, p: &InodeRef, name: &CStr) -> Result<Entry> {
+        let legs = self.mirror.in_sync_legs();
+        let results = legs
+            .iter()
+            .map(|&leg| {
+                let r = p.fd(leg).and_then(|dir| {
+                    let fd = sys::fd::open_path_at(dir, name)?;
+                    let st = sys::fd::fstat(fd.as_fd())?;
+                    Ok((fd, st))
+                });
+                (leg, r)
+            })
+            .collect();
+        let out = reconcile(results);
+        for (leg, why) in out.drop {
+            self.mirror.mark_failed(leg, "lookup", why);
+        }
+        let found = out.answer?;
+        Ok(self.claim_found(found))
+    }
+
+    /// Turns per-leg `(O_PATH fd, stat)` of one object into an inode (one kernel lookup) and
+    /// its entry. A leg whose object is of another type than the first leg's is dropped.
+    pub(super) fn claim_found(&self, found: Vec<(LegIdx, (OwnedFd, Stat))>) -> Entry {
+        let n = self.mirror.legs().len();
+        let kind = found[0].1 .1.st_mode & libc::S_IFMT;
+        let first_stat = found[0].1 .1;
+        let mut fds: Vec<Option<OwnedFd>> = (0..n).map(|_| None).collect();
+        let mut ids = Vec::new();
+        for (leg, (fd, st)) in found {
+            if st.st_mode & libc::S_IFMT != kind {
+                log::error!(
+                    "leg {leg} holds a different type of object than leg {}",
+                    self.mirror.metadata_leg()
+                );
+                self.mirror
+                    .mark_failed(leg, "lookup", DropReason::Disagreed(Errno::EIO));
+                continue;
+            }
+            ids.push(Identity {
+                leg,
+                dev: st.st_dev,
+                ino: st.st_ino,
+            });
+            fds[leg] = Some(fd);
+        }
+        let inode = self.inodes.claim(&ids, fds, kind);
+        Entry {
+            attr: attr::from_stat(&first_stat, inode.ino),
+        }
+    }
+
+    /// Creates a node named `name` in `parent` on every in-sync leg, as the caller, with
+    /// `make(parent_fd_on_leg, name)`, and returns its entry.
+    fn create_node(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        caller: &Caller,
+        what: &str,
+        make: impl Fn(BorrowedFd<'_>, &CStr) -> Result<()> + Sync,
+    ) -> Result<Entry> {
+        let cname = self.name_for_change(parent, name)?;
+        let p = self.inodes.get(parent)?;
+        if !p.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        let _dir = p.dir_lock.write();
+        let legs = self.mirror.in_sync_legs();
+        let found = self.mirror.fan_out(&legs, what, |leg| {
+            let dir = p.fd(leg)?;
+            {
+                let _creds = CallerCredsGuard::assume(caller)?;
+                make(dir, &cname)?;
+            }
+            let fd = sys::fd::open_path_at(dir, &cname)?;
+            let st = sys::fd::fstat(fd.as_fd())?;
+            Ok((fd, st))
+        })?;
+        Ok(self.claim_found(found))
+    }
+
+    pub fn mknod(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        rdev: u32,
+        caller: &Caller,
+    ) -> Result<Entry> {
+        self.create_node(parent, name, caller, "mknod", |dir, n| {
+            sys::fd::mknod_at(dir, n, mode, rdev as u64)
+        })
+    }
+
+    pub fn mkdir(&self, parent: u64, name: &OsStr, mode: u32, caller: &Caller) -> Result<Entry> {
+        self.create_node(parent, name, caller, "mkdir", |dir, n| {
+            sys::fd::mkdir_at(dir, n, mode)
+        })
+    }
+
+    pub fn symlink(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        target: &OsStr,
+        caller: &Caller,
+    ) -> Result<Entry> {
+        let t = std::ffi::CString::new(target.as_bytes()).map_err(|_| Errno::EINVAL)?;
+        self.create_node(parent, name, caller, "symlink", |dir, n| {
+            sys::fd::symlink_at(&t, dir, n)
+        })
+    }
+
+    pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
+        let inode = self.inodes.get(ino)?;
+        if !inode.is_symlink() {
+            return Err(Errno::EINVAL);
+        }
+        self.on_metadata_leg("readlink", |leg| sys::fd::read_link(inode.fd(leg)?))
+    }
+
+    fn remove(&self, parent: u64, name: &OsStr, dir_entry: bool) -> Result<()> {
+        let cname = self.name_for_lookup(parent, name)?;
+        let p = self.inodes.get(parent)?;
+        let _dir = p.dir_lock.write();
+        let legs = self.mirror.in_sync_legs();
+        let what = if dir_entry { "rmdir" } else { "unlink" };
+        self.mirror
+            .fan_out(&legs, what, |leg| {
+                sys::fd::unlink_at(p.fd(leg)?, &cname, dir_entry)
+            })
+            .map(drop)
+    }
+
+    pub fn unlink(&self, parent: u64, name: &OsStr) -> Result<()> {
+        self.remove(parent, name, false)
+    }
+
+    pub fn rmdir(&self, parent: u64, name: &OsStr) -> Result<()> {
+        self.remove(parent, name, true)
+    }
+
+    /// `renameat2`, with `RENAME_NOREPLACE` and `RENAME_EXCHANGE` passed to every leg.
+    pub fn rename(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        newparent: u64,
+        newname: &OsStr,
+        flags: u32,
+    ) -> Result<()> {
+        let old = self.name_for_lookup(parent, name)?;
+        let new = self.name_for_change(newparent, newname)?;
+        let p = self.inodes.get(parent)?;
+        let np = self.inodes.get(newparent)?;
+        // Lock order: ascending inode number.
+        let (_a, _b) = if parent == newparent {
+            (Some(p.dir_lock.write()), None)
+        } else if parent < newparent {
+            let a = p.dir_lock.write();
+            (Some(a), Some(np.dir_lock.write()))
+        } else {
+            let b = np.dir_lock.write();
+            (Some(p.dir_lock.write()), Some(b))
+        };
+        let legs = self.mirror.in_sync_legs();
+        self.mirror
+            .fan_out(&legs, "rename", |leg| {
+                sys::fd::rename_at(p.fd(leg)?, &old, np.fd(leg)?, &new, flags)
+            })
+            .map(drop)
+    }
+
+    /// A new name for `ino`; the reply carries fresh attributes (nlink and ctime moved).
+    pub fn link(&self, ino: u64, newparent: u64, newname: &OsStr) -> Result<Entry> {
+        let new = self.name_for_change(newparent, newname)?;
+        let inode = self.inodes.get(ino)?;
+        if inode.is_dir() {
+            return Err(Errno::EPERM);
+        }
+        let np = self.inodes.get(newparent)?;
+        let _dir = np.dir_lock.write();
+        let legs = self.mirror.in_sync_legs();
+        self.mirror.fan_out(&legs, "link", |leg| {
+            sys::fd::link_at(inode.fd(leg)?, np.fd(leg)?, &new)
+        })?;
+        self.lookup_locked(&np, &new)
+    }
+
+    pub fn setattr(&self, ino: u64, set: &SetAttr) -> Result<fuser::FileAttr> {
+        let inode = self.inodes.get(ino)?;
+        let now = sys::now_timespec();
+        let resolve = |t: Option<TimeSpec>| match t {
+            None => libc::timespec {
+                tv_sec: 0,
+                tv_nsec: libc::UTIME_OMIT,
+            },
+            Some(TimeSpec::Now) => now,
+            Some(TimeSpec::At { sec, nsec }) => libc::timespec {
+                tv_sec: sec,
+                tv_nsec: nsec,
+            },
+        };
+        let (atime, mtime) = (resolve(set.atime), resolve(set.mtime));
+        let legs = self.mirror.in_sync_legs();
+        self.mirror.fan_out(&legs, "setattr", |leg| {
+            let fd = inode.fd(leg)?;
+            if let Some(size) = set.size {
+                if !inode.is_regular() {
+                    return Err(if inode.is_dir() {
+                        Errno::EISDIR
+                    } else {
+                        Errno::EINVAL
+                    });
+                }
+                sys::fd::truncate(fd, size)?;
+            }
+            // Ownership first: a chown clears setuid/setgid bits, and an explicit mode in the
+            // same request (the kernel sends the cleared mode with it) must win.
+            if set.uid.is_some() || set.gid.is_some() {
+                sys::fd::chown(fd, set.uid.unwrap_or(u32::MAX), set.gid.unwrap_or(u32::MAX))?;
+            }
+            if let Some(mode) = set.mode {
+                if !inode.is_symlink() {
+                    sys::fd::chmod(fd, mode & 0o7777)?;
+                }
+            }
+            if set.atime.is_some() || set.mtime.is_some() {
+                sys::fd::set_times(fd, atime, mtime)?;
+            }
+            Ok(())
+        })?;
+        self.stat_inode(&inode)
+    }
+}

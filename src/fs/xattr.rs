@@ -1,0 +1,88 @@
+//! Extended attributes: stored on every leg, read from the metadata leg.
+//!
+//! `user.mirrorfs.*` is mirrorfs's own namespace (control and statistics keys): such names are
+//! never stored on the legs.
+
+use super::{MirrorFs, XattrReply};
+use crate::errno::{Errno, Result};
+use crate::sys;
+use std::ffi::{CString, OsStr};
+use std::os::unix::ffi::OsStrExt;
+
+/// Prefix of mirrorfs's own attribute names.
+pub const CONTROL_PREFIX: &[u8] = b"user.mirrorfs.";
+
+fn xattr_name(name: &OsStr) -> Result<CString> {
+    if name.is_empty() || name.len() > 255 {
+        return Err(Errno::ERANGE);
+    }
+    CString::new(name.as_bytes()).map_err(|_| Errno::EINVAL)
+}
+
+fn sized(value: Vec<u8>, len: usize, size: u32) -> Result<XattrReply> {
+    if size == 0 {
+        Ok(XattrReply::Size(len as u32))
+    } else if len > size as usize {
+        Err(Errno::ERANGE)
+    } else {
+        Ok(XattrReply::Data(value))
+    }
+}
+
+impl MirrorFs {
+    pub fn setxattr(&self, ino: u64, name: &OsStr, value: &[u8], flags: i32) -> Result<()> {
+        let cname = xattr_name(name)?;
+        if name.as_bytes().starts_with(CONTROL_PREFIX) {
+            return Err(Errno::EPERM);
+        }
+        let inode = self.inodes.get(ino)?;
+        if inode.is_symlink() {
+            // Linux allows no user.* attributes on symlinks; others would need the *xattrat
+            // calls on an O_PATH descriptor.
+            return Err(Errno::EPERM);
+        }
+        let legs = self.mirror.in_sync_legs();
+        self.mirror
+            .fan_out(&legs, "setxattr", |leg| {
+                sys::xattr::set(inode.fd(leg)?, &cname, value, flags)
+            })
+            .map(drop)
+    }
+
+    pub fn getxattr(&self, ino: u64, name: &OsStr, size: u32) -> Result<XattrReply> {
+        let cname = xattr_name(name)?;
+        let inode = self.inodes.get(ino)?;
+        if inode.is_symlink() || name.as_bytes().starts_with(CONTROL_PREFIX) {
+            return Err(Errno::ENODATA);
+        }
+        let (v, len) = self.on_metadata_leg("getxattr", |leg| {
+            sys::xattr::get(inode.fd(leg)?, &cname, size as usize)
+        })?;
+        sized(v, len, size)
+    }
+
+    pub fn listxattr(&self, ino: u64, size: u32) -> Result<XattrReply> {
+        let inode = self.inodes.get(ino)?;
+        if inode.is_symlink() {
+            return sized(Vec::new(), 0, size);
+        }
+        let (v, len) = self.on_metadata_leg("listxattr", |leg| {
+            sys::xattr::list(inode.fd(leg)?, size as usize)
+        })?;
+        sized(v, len, size)
+    }
+
+    pub fn removexattr(&self, ino: u64, name: &OsStr) -> Result<()> {
+        let cname = xattr_name(name)?;
+        let inode = self.inodes.get(ino)?;
+        if inode.is_symlink() || name.as_bytes().starts_with(CONTROL_PREFIX) {
+            return Err(Errno::ENODATA);
+        }
+        let legs = self.mirror.in_sync_legs();
+        self.mirror
+            .fan_out(&legs, "removexattr", |leg| {
+                sys::xattr::remove(inode.fd(leg)?, &cname)
+            })
+            .map(drop)
+    }
+}

@@ -1,0 +1,522 @@
+//! The FUSE adapter: each `fuser` callback becomes one call of the core and one reply.
+//!
+//! Boring on purpose (mountpoint-s3's `fuse.rs` is the model): no policy, leg or on-disk
+//! knowledge lives here. Operations mirrorfs does not implement are listed at the end with the
+//! errno userspace expects.
+
+use crate::errno::{Errno, Result};
+use crate::fs::{Caller, MirrorFs, SetAttr, TimeSpec, XattrReply};
+use fuser::{
+    AccessFlags, BsdFileFlags, CopyFileRangeFlags, FileHandle, Filesystem, FopenFlags,
+    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
+    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use std::ffi::OsStr;
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Largest read and write request: 1 MiB.
+const MAX_IO: u32 = 1 << 20;
+
+/// How long the kernel may cache what we answer.
+#[derive(Clone, Copy, Debug)]
+pub struct CacheTimeouts {
+    pub attr: Duration,
+    pub entry: Duration,
+}
+
+/// `fuser::Filesystem` over [`MirrorFs`].
+pub struct MirrorFuse {
+    fs: std::sync::Arc<MirrorFs>,
+    ttl: CacheTimeouts,
+}
+
+impl MirrorFuse {
+    pub fn new(fs: std::sync::Arc<MirrorFs>, ttl: CacheTimeouts) -> MirrorFuse {
+        MirrorFuse { fs, ttl }
+    }
+}
+
+fn errno(e: Errno) -> fuser::Errno {
+    fuser::Errno::from_i32(e.code())
+}
+
+/// The caller of a request, with supplementary groups (for operations that create or check).
+fn caller(req: &Request) -> Caller {
+    Caller::with_groups(req.uid(), req.gid(), req.pid())
+}
+
+fn time_spec(t: TimeOrNow) -> TimeSpec {
+    match t {
+        TimeOrNow::Now => TimeSpec::Now,
+        TimeOrNow::SpecificTime(st) => match st.duration_since(UNIX_EPOCH) {
+            Ok(d) => TimeSpec::At {
+                sec: d.as_secs() as i64,
+                nsec: d.subsec_nanos() as i64,
+            },
+            Err(e) => {
+                let d = e.duration();
+                let (mut sec, mut nsec) = (-(d.as_secs() as i64), -(d.subsec_nanos() as i64));
+                if nsec < 0 {
+                    sec -= 1;
+                    nsec += 1_000_000_000;
+                }
+                TimeSpec::At { sec, nsec }
+            }
+        },
+    }
+}
+
+fn log_err(op: &str, e: Errno) {
+    // Expected answers (a missing name, an existing one) are not worth more than debug.
+    match e.code() {
+        libc::ENOENT | libc::EEXIST | libc::ENOTEMPTY | libc::ENODATA | libc::EACCES
+        | libc::EPERM | libc::ENAMETOOLONG | libc::ENOTDIR | libc::EISDIR | libc::ERANGE
+        | libc::ENOSPC | libc::EINVAL | libc::EXDEV | libc::ENOTSUP => {
+            log::debug!("{op}: {e}")
+        }
+        _ => log::warn!("{op}: {e}"),
+    }
+}
+
+macro_rules! reply_or_err {
+    ($reply:expr, $op:expr, $res:expr, |$v:ident| $ok:expr) => {
+        match $res {
+            Ok($v) => $ok,
+            Err(e) => {
+                log_err($op, e);
+                $reply.error(errno(e))
+            }
+        }
+    };
+}
+
+fn reply_empty(reply: ReplyEmpty, op: &str, r: Result<()>) {
+    reply_or_err!(reply, op, r, |_v| reply.ok())
+}
+
+fn reply_xattr(reply: ReplyXattr, op: &str, r: Result<XattrReply>) {
+    reply_or_err!(reply, op, r, |v| match v {
+        XattrReply::Size(n) => reply.size(n),
+        XattrReply::Data(d) => reply.data(&d),
+    })
+}
+
+impl Filesystem for MirrorFuse {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        if let Err(n) = config.set_max_write(MAX_IO) {
+            log::info!("kernel limits max_write to {n}");
+            let _ = config.set_max_write(n);
+        }
+        let _ = config.set_max_readahead(MAX_IO);
+        for flag in [
+            InitFlags::FUSE_DO_READDIRPLUS,
+            InitFlags::FUSE_READDIRPLUS_AUTO,
+            InitFlags::FUSE_PARALLEL_DIROPS,
+            InitFlags::FUSE_ASYNC_DIO,
+        ] {
+            if let Err(refused) = config.add_capabilities(flag) {
+                log::info!("kernel refused {refused:?}");
+            }
+        }
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        reply_or_err!(reply, "lookup", self.fs.lookup(parent.0, name), |e| reply
+            .entry(&self.ttl.entry, &e.attr, Generation(0)))
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.fs.forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        reply_or_err!(reply, "getattr", self.fs.getattr(ino.0), |a| reply
+            .attr(&self.ttl.attr, &a))
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let set = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime: atime.map(time_spec),
+            mtime: mtime.map(time_spec),
+        };
+        reply_or_err!(reply, "setattr", self.fs.setattr(ino.0, &set), |a| reply
+            .attr(&self.ttl.attr, &a))
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        reply_or_err!(reply, "readlink", self.fs.readlink(ino.0), |t| reply.data(&t))
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let r = self.fs.mknod(parent.0, name, mode, rdev, &caller(req));
+        reply_or_err!(reply, "mknod", r, |e| reply.entry(
+            &self.ttl.entry,
+            &e.attr,
+            Generation(0)
+        ))
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let r = self.fs.mkdir(parent.0, name, mode, &caller(req));
+        reply_or_err!(reply, "mkdir", r, |e| reply.entry(
+            &self.ttl.entry,
+            &e.attr,
+            Generation(0)
+        ))
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, "unlink", self.fs.unlink(parent.0, name))
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, "rmdir", self.fs.rmdir(parent.0, name))
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let r = self
+            .fs
+            .symlink(parent.0, link_name, target.as_os_str(), &caller(req));
+        reply_or_err!(reply, "symlink", r, |e| reply.entry(
+            &self.ttl.entry,
+            &e.attr,
+            Generation(0)
+        ))
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let r = self
+            .fs
+            .rename(parent.0, name, newparent.0, newname, flags.bits());
+        reply_empty(reply, "rename", r)
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        reply_or_err!(
+            reply,
+            "link",
+            self.fs.link(ino.0, newparent.0, newname),
+            |e| reply.entry(&self.ttl.entry, &e.attr, Generation(0))
+        )
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        reply_or_err!(reply, "open", self.fs.open(ino.0, flags.0), |fh| reply
+            .opened(FileHandle(fh), FopenFlags::empty()))
+    }
+
+    fn read(
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let r = self.fs.read(fh.0, offset, size, req.pid());
+        reply_or_err!(reply, "read", r, |d| reply.data(d.as_slice()))
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        reply_or_err!(reply, "write", self.fs.write(fh.0, offset, data), |n| reply
+            .written(n as u32))
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, "flush", self.fs.flush(fh.0))
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, "release", self.fs.release(fh.0))
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, "fsync", self.fs.fsync(fh.0, datasync))
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        reply_or_err!(reply, "opendir", self.fs.opendir(ino.0), |fh| reply
+            .opened(FileHandle(fh), FopenFlags::empty()))
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let r = self.fs.readdir(fh.0, offset, |ino, next, kind, name| {
+            reply.add(INodeNo(ino), next, crate::fs::attr::file_type(kind), name)
+        });
+        reply_or_err!(reply, "readdir", r, |_v| reply.ok())
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let ttl = self.ttl.entry;
+        let r = self.fs.readdirplus(fh.0, offset, |e| {
+            reply.add(
+                e.entry.attr.ino,
+                e.offset,
+                e.name,
+                &ttl,
+                &e.entry.attr,
+                Generation(0),
+            )
+        });
+        reply_or_err!(reply, "readdirplus", r, |_v| reply.ok())
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.fs.releasedir(fh.0);
+        reply.ok()
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, "fsyncdir", self.fs.fsyncdir(ino.0, datasync))
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        reply_or_err!(reply, "statfs", self.fs.statfs(), |s| reply.statfs(
+            s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize
+        ))
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(
+            reply,
+            "setxattr",
+            self.fs.setxattr(ino.0, name, value, flags),
+        )
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        reply_xattr(reply, "getxattr", self.fs.getxattr(ino.0, name, size))
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        reply_xattr(reply, "listxattr", self.fs.listxattr(ino.0, size))
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, "removexattr", self.fs.removexattr(ino.0, name))
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        reply_empty(
+            reply,
+            "access",
+            self.fs.access(ino.0, mask.bits(), &caller(req)),
+        )
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let r = self.fs.create(parent.0, name, mode, flags, &caller(req));
+        reply_or_err!(reply, "create", r, |v| reply.created(
+            &self.ttl.entry,
+            &v.0.attr,
+            Generation(0),
+            FileHandle(v.1),
+            FopenFlags::empty()
+        ))
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(
+            reply,
+            "fallocate",
+            self.fs.fallocate(fh.0, offset, length, mode),
+        )
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        reply_or_err!(reply, "lseek", self.fs.lseek(fh.0, offset, whence), |o| {
+            reply.offset(o)
+        })
+    }
+
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        _ino_in: INodeNo,
+        fh_in: FileHandle,
+        offset_in: u64,
+        _ino_out: INodeNo,
+        fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        _flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        // The kernel caps one request below 4 GiB (a u32 reply).
+        let len = len.min(u32::MAX as u64 & !0xfff);
+        let r = self
+            .fs
+            .copy_file_range(fh_in.0, offset_in, fh_out.0, offset_out, len);
+        reply_or_err!(reply, "copy_file_range", r, |n| reply.written(n as u32))
+    }
+
+    // Not implemented, on purpose:
+    // - getlk/setlk: without FUSE_POSIX_LOCKS the kernel keeps POSIX and flock locks itself,
+    //   which is right for a local filesystem;
+    // - ioctl, poll, bmap: answered ENOSYS by fuser's defaults (no leg-specific ioctls are
+    //   passed through).
+}

@@ -1,0 +1,21 @@
+//! mirrorfs: a FUSE filesystem that keeps every file on several backing directories ("legs")
+//! and routes each read to the leg that will answer fastest.
+//!
+//! Layers, top to bottom (a module never imports one above it):
+//! `cli` → `fuse` → `fs` → `mirror` → {`policy`, `leg`, `meta`} → `sys`.
+//! See `docs/architecture.md`.
+
+#![deny(unsafe_code)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+pub mod cli;
+pub mod config;
+pub mod errno;
+pub mod fs;
+pub mod fuse;
+pub mod leg;
+pub mod meta;
+pub mod mirror;
+pub mod policy;
+#[allow(unsafe_code)]
+pub mod sys;

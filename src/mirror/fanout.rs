@@ -1,0 +1,157 @@
+//! Running one operation on several legs at once.
+//!
+//! Each leg has its own small pool of worker threads fed by a `crossbeam-channel` queue. A
+//! fan-out runs the operation for the first leg on the calling thread and hands the others to
+//! their legs' workers, then waits for all of them: a write costs about the slowest leg, not
+//! the sum of the legs.
+//!
+//! The operation is borrowed, not `'static`: the caller's data (a write's buffer) is not copied.
+//! This is sound because [`LegWorkers::run`] never returns before every job it sent has
+//! finished (each job reports through a channel even if the operation panics).
+
+use crate::leg::LegIdx;
+use crossbeam_channel::{unbounded, Sender};
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::thread::JoinHandle;
+
+type Job = Box<dyn FnOnce() + Send + 'static>;
+type LegOp<'a, T> = dyn Fn(LegIdx) -> T + Sync + 'a;
+
+/// Worker pools, one per leg.
+pub struct LegWorkers {
+    queues: Vec<Sender<Job>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl LegWorkers {
+    /// Starts `threads_per_leg` workers for each of `n_legs` legs.
+    pub fn new(n_legs: usize, threads_per_leg: usize) -> LegWorkers {
+        let mut queues = Vec::new();
+        let mut threads = Vec::new();
+        for leg in 0..n_legs {
+            let (tx, rx) = unbounded::<Job>();
+            for t in 0..threads_per_leg.max(1) {
+                let rx = rx.clone();
+                let h = std::thread::Builder::new()
+                    .name(format!("leg{leg}-io{t}"))
+                    .spawn(move || {
+                        while let Ok(job) = rx.recv() {
+                            job();
+                        }
+                    })
+                    .expect("spawn leg worker");
+                threads.push(h);
+            }
+            queues.push(tx);
+        }
+        LegWorkers { queues, threads }
+    }
+
+    /// Runs `op(leg)` for every leg in `legs` in parallel and returns `(leg, result)` in the
+    /// order of `legs`.
+    #[allow(unsafe_code)]
+    pub fn run<T, F>(&self, legs: &[LegIdx], op: F) -> Vec<(LegIdx, T)>
+    where
+        T: Send + 'static,
+        F: Fn(LegIdx) -> T + Sync,
+    {
+        let Some((&first, rest)) = legs.split_first() else {
+            return Vec::new();
+        };
+        if rest.is_empty() {
+            return vec![(first, op(first))];
+        }
+        let op_ref: &LegOp<'_, T> = &op;
+        // SAFETY: only the lifetime is erased. Every job holding this reference is waited for
+        // below (the loop receives exactly one message per job sent, and a job always sends,
+        // panics included) before `op` goes out of scope.
+        let op_static: &'static LegOp<'static, T> = unsafe { std::mem::transmute(op_ref) };
+        let (done_tx, done_rx) = unbounded();
+        let mut sent = 0;
+        let mut inline = Vec::new();
+        for &leg in rest {
+            let tx = done_tx.clone();
+            let job: Job = Box::new(move || {
+                let r = catch_unwind(AssertUnwindSafe(|| op_static(leg)));
+                let _ = tx.send((leg, r));
+            });
+            match self.queues.get(leg).map(|q| q.send(job)) {
+                Some(Ok(())) => sent += 1,
+                // No worker (cannot happen once started): run it here instead.
+                _ => inline.push(leg),
+            }
+        }
+        let mut results: Vec<(LegIdx, std::thread::Result<T>)> = Vec::with_capacity(legs.len());
+        results.push((first, catch_unwind(AssertUnwindSafe(|| op(first)))));
+        for leg in inline {
+            results.push((leg, catch_unwind(AssertUnwindSafe(|| op(leg)))));
+        }
+        for _ in 0..sent {
+            results.push(done_rx.recv().expect("a job always reports"));
+        }
+        let mut out = Vec::with_capacity(legs.len());
+        for &leg in legs {
+            let i = results.iter().position(|(l, _)| *l == leg).expect("one result per leg");
+            let (_, r) = results.swap_remove(i);
+            match r {
+                Ok(v) => out.push((leg, v)),
+                Err(panic) => resume_unwind(panic),
+            }
+        }
+        out
+    }
+}
+
+impl Drop for LegWorkers {
+    fn drop(&mut self) {
+        self.queues.clear();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn runs_every_leg_once_in_order() {
+        let w = LegWorkers::new(3, 2);
+        let count = AtomicUsize::new(0);
+        let out = w.run(&[2, 0, 1], |leg| {
+            count.fetch_add(1, Ordering::SeqCst);
+            leg * 10
+        });
+        assert_eq!(out, vec![(2, 20), (0, 0), (1, 10)]);
+        assert_eq!(count.load(Ordering::SeqCst), 3);
+    }
+
+    #[test]
+    fn legs_run_in_parallel() {
+        let w = LegWorkers::new(3, 1);
+        let t = Instant::now();
+        w.run(&[0, 1, 2], |_| std::thread::sleep(Duration::from_millis(100)));
+        assert!(t.elapsed() < Duration::from_millis(250), "{:?}", t.elapsed());
+    }
+
+    #[test]
+    fn borrowed_data_is_safe_and_panics_propagate() {
+        let w = LegWorkers::new(2, 1);
+        let data = vec![1u8; 1000];
+        let out = w.run(&[0, 1], |_| data.iter().map(|&b| b as usize).sum::<usize>());
+        assert_eq!(out, vec![(0, 1000), (1, 1000)]);
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            w.run(&[0, 1], |leg| {
+                if leg == 1 {
+                    panic!("boom")
+                }
+            })
+        }));
+        assert!(r.is_err());
+        // The pool still works after a panic.
+        assert_eq!(w.run(&[0, 1], |l| l), vec![(0, 0), (1, 1)]);
+    }
+}

@@ -1,0 +1,181 @@
+//! The mirror engine: the legs, fanning operations out to them, reconciling their answers,
+//! dropping a leg that fails, and choosing the leg a read goes to.
+
+pub mod fanout;
+pub mod outcome;
+
+use crate::errno::{Errno, Result};
+use crate::leg::{Leg, LegIdx};
+use crate::meta::superblock::LegSuperblock;
+use crate::policy::{LegView, ReadPolicy, ReadRequest};
+use fanout::LegWorkers;
+use outcome::{reconcile, DropReason};
+use parking_lot::{Mutex, RwLock};
+
+/// The legs of one mounted mirror and the machinery to use them together.
+pub struct Mirror {
+    legs: Vec<Leg>,
+    workers: LegWorkers,
+    policy: RwLock<Box<dyn ReadPolicy>>,
+    /// The superblocks as last written, by leg (None for a leg we cannot write).
+    superblocks: Mutex<Vec<Option<LegSuperblock>>>,
+}
+
+impl Mirror {
+    pub fn new(
+        legs: Vec<Leg>,
+        superblocks: Vec<Option<LegSuperblock>>,
+        threads_per_leg: usize,
+        policy: Box<dyn ReadPolicy>,
+    ) -> Mirror {
+        let workers = LegWorkers::new(legs.len(), threads_per_leg);
+        Mirror {
+            legs,
+            workers,
+            policy: RwLock::new(policy),
+            superblocks: Mutex::new(superblocks),
+        }
+    }
+
+    pub fn legs(&self) -> &[Leg] {
+        &self.legs
+    }
+
+    pub fn leg(&self, idx: LegIdx) -> &Leg {
+        &self.legs[idx]
+    }
+
+    /// The legs that take part in operations now, in leg order.
+    pub fn in_sync_legs(&self) -> Vec<LegIdx> {
+        self.legs
+            .iter()
+            .filter(|l| l.is_in_sync())
+            .map(|l| l.idx)
+            .collect()
+    }
+
+    /// The leg whose answers stand for the mirror's metadata (attributes, listings): the first
+    /// in-sync leg, so that what users see does not depend on where reads go.
+    pub fn metadata_leg(&self) -> LegIdx {
+        self.legs
+            .iter()
+            .find(|l| l.is_in_sync())
+            .map(|l| l.idx)
+            .unwrap_or(0)
+    }
+
+    /// Runs `op` on every leg in `legs` in parallel, reconciles the answers, drops legs that
+    /// failed or disagreed, and returns the successful legs' values (or the caller's error).
+    pub fn fan_out<T, F>(&self, legs: &[LegIdx], what: &str, op: F) -> Result<Vec<(LegIdx, T)>>
+    where
+        T: Send + 'static,
+        F: Fn(LegIdx) -> Result<T> + Sync,
+    {
+        let out = reconcile(self.workers.run(legs, op));
+        for (leg, why) in out.drop {
+            self.mark_failed(leg, what, why);
+        }
+        out.answer
+    }
+
+    /// Drops `leg` from the mirror: it gets no more reads or writes, and every surviving leg's
+    /// superblock records it, so that a later mount does not trust its copy. The last in-sync
+    /// leg is never dropped.
+    pub fn mark_failed(&self, leg: LegIdx, what: &str, why: DropReason) {
+        let survivors: Vec<LegIdx> = self
+            .in_sync_legs()
+            .into_iter()
+            .filter(|&l| l != leg)
+            .collect();
+        if survivors.is_empty() {
+            log::error!(
+                "leg {} ('{}'): {what} failed ({why:?}), but it is the last in-sync leg; keeping it",
+                leg,
+                self.legs[leg].path.display()
+            );
+            return;
+        }
+        if !self.legs[leg].set_failed() {
+            return;
+        }
+        log::error!(
+            "DEGRADED: leg {} ('{}') dropped from the mirror: {what} failed ({why:?}); \
+             serving from {} other leg(s)",
+            leg,
+            self.legs[leg].path.display(),
+            survivors.len()
+        );
+        let mut sbs = self.superblocks.lock();
+        let Some(failed_id) = sbs[leg].as_ref().map(|s| s.leg_id.clone()) else {
+            return;
+        };
+        for s in survivors {
+            if let Some(sb) = sbs[s].as_mut() {
+                if !sb.failed_legs.contains(&failed_id) {
+                    sb.failed_legs.push(failed_id.clone());
+                }
+                if let Err(e) = sb.write(&self.legs[s].path) {
+                    log::error!(
+                        "cannot record the dropped leg in '{}': {e}",
+                        self.legs[s].path.display()
+                    );
+                }
+            }
+        }
+    }
+
+    /// The leg a read of this request goes to, among `candidates` (legs that can serve it).
+    pub fn pick_read_leg(&self, candidates: &[LegIdx], req: &ReadRequest) -> Option<LegIdx> {
+        let views: Vec<LegView> = candidates
+            .iter()
+            .filter(|&&l| self.legs[l].is_in_sync())
+            .map(|&idx| LegView { idx })
+            .collect();
+        if views.is_empty() {
+            return None;
+        }
+        Some(self.policy.read().pick(&views, req))
+    }
+
+    /// The name of the read policy in force.
+    pub fn policy_name(&self) -> &'static str {
+        self.policy.read().name()
+    }
+
+    /// Runs a read-like `op` on the leg the policy picks; on a leg fault, drops that leg and
+    /// retries on the next candidate.
+    pub fn read_from<T>(
+        &self,
+        candidates: &[LegIdx],
+        req: &ReadRequest,
+        what: &str,
+        mut op: impl FnMut(LegIdx) -> Result<T>,
+    ) -> Result<T> {
+        let mut tried: Vec<LegIdx> = Vec::new();
+        loop {
+            let left: Vec<LegIdx> = candidates
+                .iter()
+                .copied()
+                .filter(|l| !tried.contains(l))
+                .collect();
+            let Some(leg) = self.pick_read_leg(&left, req) else {
+                return Err(Errno::EIO);
+            };
+            match op(leg) {
+                Err(e) if outcome::is_leg_fault(e) => {
+                    self.legs[leg]
+                        .counters
+                        .read_errors
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    tried.push(leg);
+                    self.mark_failed(leg, what, DropReason::LegFault(e));
+                    if !self.legs[leg].is_in_sync() {
+                        continue;
+                    }
+                    return Err(e);
+                }
+                r => return r,
+            }
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! One answer from several legs' results, and which legs to drop.
+//!
+//! This is the only place that decides whether an error belongs to the caller (ENOENT, EEXIST,
+//! ENOTEMPTY, EACCES...: every in-sync leg should say the same, and it is returned as is) or to
+//! the leg (EIO, EROFS, ENODEV, ENXIO, ESTALE, ENOTCONN, a vanished mount: the leg is dropped
+//! and the others carry on).
+
+use crate::errno::Errno;
+use crate::leg::LegIdx;
+
+/// Errors that say the leg, not the request, is broken.
+pub fn is_leg_fault(e: Errno) -> bool {
+    matches!(
+        e.0,
+        libc::EIO | libc::EROFS | libc::ENODEV | libc::ENXIO | libc::ESTALE | libc::ENOTCONN
+    )
+}
+
+/// Why a leg is dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DropReason {
+    /// The leg returned an I/O-class error.
+    LegFault(Errno),
+    /// The leg answered differently from the others (it no longer holds the same tree).
+    Disagreed(Errno),
+}
+
+/// The reconciled result of one operation on several legs.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Outcome<T> {
+    /// What the caller gets: the successful legs' values, or the error.
+    pub answer: Result<Vec<(LegIdx, T)>, Errno>,
+    /// Legs that must be marked failed, and why.
+    pub drop: Vec<(LegIdx, DropReason)>,
+}
+
+/// Reconciles per-leg results (in leg order).
+///
+/// - all succeed: success;
+/// - some succeed: success from those; each failing leg is dropped (an I/O error, or a
+///   disagreement: it answered an error the others did not);
+/// - all fail alike: that error, nobody dropped;
+/// - all fail differently: the first caller-class error wins (legs with I/O-class errors are
+///   dropped, legs with another caller-class error disagreed and are dropped); if every error
+///   is I/O-class, the first one is returned and nobody is dropped (the array cannot drop its
+///   last legs; the error reaches the caller instead).
+pub fn reconcile<T>(results: Vec<(LegIdx, Result<T, Errno>)>) -> Outcome<T> {
+    let mut ok = Vec::new();
+    let mut errs = Vec::new();
+    for (leg, r) in results {
+        match r {
+            Ok(v) => ok.push((leg, v)),
+            Err(e) => errs.push((leg, e)),
+        }
+    }
+    if !ok.is_empty() {
+        let drop = errs
+            .into_iter()
+            .map(|(leg, e)| {
+                let why = if is_leg_fault(e) {
+                    DropReason::LegFault(e)
+                } else {
+                    DropReason::Disagreed(e)
+                };
+                (leg, why)
+            })
+            .collect();
+        return Outcome {
+            answer: Ok(ok),
+            drop,
+        };
+    }
+    let Some(&(_, first)) = errs.first() else {
+        return Outcome {
+            answer: Ok(Vec::new()),
+            drop: Vec::new(),
+        };
+    };
+    if errs.iter().all(|&(_, e)| e == first) {
+        return Outcome {
+            answer: Err(first),
+            drop: Vec::new(),
+        };
+    }
+    match errs.iter().find(|&&(_, e)| !is_leg_fault(e)) {
+        Some(&(_, chosen)) => Outcome {
+            answer: Err(chosen),
+            drop: errs
+                .iter()
+                .filter(|&&(_, e)| e != chosen)
+                .map(|&(leg, e)| {
+                    let why = if is_leg_fault(e) {
+                        DropReason::LegFault(e)
+                    } else {
+                        DropReason::Disagreed(e)
+                    };
+                    (leg, why)
+                })
+                .collect(),
+        },
+        None => Outcome {
+            answer: Err(first),
+            drop: Vec::new(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_ok() {
+        let o = reconcile(vec![(0, Ok(1)), (1, Ok(1))]);
+        assert_eq!(o.answer, Ok(vec![(0, 1), (1, 1)]));
+        assert!(o.drop.is_empty());
+    }
+
+    #[test]
+    fn caller_error_everywhere_is_returned_and_nobody_dropped() {
+        let o = reconcile::<()>(vec![(0, Err(Errno::EEXIST)), (1, Err(Errno::EEXIST))]);
+        assert_eq!(o.answer, Err(Errno::EEXIST));
+        assert!(o.drop.is_empty());
+    }
+
+    #[test]
+    fn io_error_on_one_leg_drops_it_and_succeeds() {
+        let o = reconcile(vec![(0, Ok(5)), (1, Err(Errno::EIO)), (2, Ok(5))]);
+        assert_eq!(o.answer, Ok(vec![(0, 5), (2, 5)]));
+        assert_eq!(o.drop, vec![(1, DropReason::LegFault(Errno::EIO))]);
+    }
+
+    #[test]
+    fn disagreeing_leg_is_dropped() {
+        let o = reconcile(vec![(0, Ok(())), (1, Err(Errno::EEXIST))]);
+        assert!(o.answer.is_ok());
+        assert_eq!(o.drop, vec![(1, DropReason::Disagreed(Errno::EEXIST))]);
+    }
+
+    #[test]
+    fn caller_error_beats_io_errors() {
+        let o = reconcile::<()>(vec![(0, Err(Errno::EROFS)), (1, Err(Errno::ENOENT))]);
+        assert_eq!(o.answer, Err(Errno::ENOENT));
+        assert_eq!(o.drop, vec![(0, DropReason::LegFault(Errno::EROFS))]);
+    }
+
+    #[test]
+    fn all_io_errors_drop_nobody() {
+        let o = reconcile::<()>(vec![(0, Err(Errno::EIO)), (1, Err(Errno::EROFS))]);
+        assert_eq!(o.answer, Err(Errno::EIO));
+        assert!(o.drop.is_empty());
+    }
+
+    #[test]
+    fn classification() {
+        for e in [Errno::EIO, Errno::EROFS, Errno::ENODEV, Errno::ENXIO, Errno::ESTALE] {
+            assert!(is_leg_fault(e));
+        }
+        for e in [Errno::ENOENT, Errno::EEXIST, Errno::ENOTEMPTY, Errno::EACCES] {
+            assert!(!is_leg_fault(e));
+        }
+    }
+}

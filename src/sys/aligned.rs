@@ -1,0 +1,71 @@
+//! Buffers aligned for `O_DIRECT` I/O on a leg.
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+
+/// Alignment that satisfies `O_DIRECT` on every block device we meet (logical block <= 4 KiB).
+pub const DIRECT_IO_ALIGN: usize = 4096;
+
+/// A zeroed heap buffer whose start is aligned to [`DIRECT_IO_ALIGN`].
+pub struct AlignedBuf {
+    ptr: *mut u8,
+    len: usize,
+    layout: Layout,
+}
+
+// SAFETY: AlignedBuf owns its allocation exclusively, like a Vec<u8>.
+unsafe impl Send for AlignedBuf {}
+// SAFETY: shared access only reads the buffer, like &Vec<u8>.
+unsafe impl Sync for AlignedBuf {}
+
+impl AlignedBuf {
+    /// A buffer of `len` bytes (at least one alignment unit is allocated).
+    pub fn new(len: usize) -> AlignedBuf {
+        let size = len.max(1).div_ceil(DIRECT_IO_ALIGN) * DIRECT_IO_ALIGN;
+        let layout = Layout::from_size_align(size, DIRECT_IO_ALIGN).expect("valid layout");
+        // SAFETY: layout has a non-zero size.
+        let ptr = unsafe { alloc_zeroed(layout) };
+        if ptr.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        AlignedBuf { ptr, len, layout }
+    }
+
+    /// A copy of `data` in an aligned buffer.
+    pub fn copy_of(data: &[u8]) -> AlignedBuf {
+        let mut b = AlignedBuf::new(data.len());
+        b.as_mut_slice().copy_from_slice(data);
+        b
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: ptr is valid for layout.size() >= len bytes, initialised (zeroed).
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and we hold &mut self.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // SAFETY: ptr was allocated with exactly this layout.
+        unsafe { dealloc(self.ptr, self.layout) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aligned_and_sized() {
+        let mut b = AlignedBuf::new(10_000);
+        assert_eq!(b.as_slice().len(), 10_000);
+        assert_eq!(b.as_slice().as_ptr() as usize % DIRECT_IO_ALIGN, 0);
+        b.as_mut_slice()[9_999] = 7;
+        let c = AlignedBuf::copy_of(b.as_slice());
+        assert_eq!(c.as_slice()[9_999], 7);
+    }
+}

@@ -1,0 +1,401 @@
+//! Descriptor-relative operations on a leg. Every function takes a directory descriptor and a
+//! single name component, or an `O_PATH` descriptor of the object itself.
+
+use super::{check, check_size};
+use crate::errno::{Errno, Result};
+use std::ffi::{CStr, CString};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+/// A `stat` of a leg object.
+pub type Stat = libc::stat;
+
+fn owned(fd: libc::c_int) -> OwnedFd {
+    // SAFETY: fd was just returned by a successful open call and is owned by nobody else.
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+/// The `/proc/self/fd/N` path of a descriptor, for path-only syscalls on an `O_PATH` fd.
+pub fn proc_path(fd: BorrowedFd<'_>) -> CString {
+    CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).expect("no NUL in a number")
+}
+
+/// Opens a leg's root directory as an `O_PATH` descriptor.
+pub fn open_root(path: &Path) -> Result<OwnedFd> {
+    let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)?;
+    // SAFETY: c is a valid C string.
+    let fd = check(unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    })?;
+    Ok(owned(fd))
+}
+
+/// `openat(dir, name, O_PATH | O_NOFOLLOW)`: a handle on the object itself, never a symlink's
+/// target.
+pub fn open_path_at(dir: BorrowedFd<'_>, name: &CStr) -> Result<OwnedFd> {
+    // SAFETY: name is a valid C string; dir is a live descriptor.
+    let fd = check(unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    })?;
+    Ok(owned(fd))
+}
+
+/// `openat(dir, name, flags | O_CREAT | O_NOFOLLOW, mode)` for a new regular file.
+pub fn create_at(dir: BorrowedFd<'_>, name: &CStr, flags: i32, mode: u32) -> Result<OwnedFd> {
+    let flags = flags | libc::O_CREAT | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: name is a valid C string; dir is a live descriptor.
+    let fd = check(unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags, mode) })?;
+    Ok(owned(fd))
+}
+
+/// Opens an `O_PATH` descriptor of a regular file or directory for I/O with `flags`.
+///
+/// Goes through `/proc/self/fd/N`, which re-resolves the very inode the descriptor holds (not a
+/// name). Callers must only pass regular files and directories: a FIFO or device must never be
+/// opened on the user's behalf (virtiofsd's `is_safe_inode`).
+pub fn reopen(fd: BorrowedFd<'_>, flags: i32) -> Result<OwnedFd> {
+    let path = proc_path(fd);
+    let flags = (flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY | libc::O_NOFOLLOW))
+        | libc::O_CLOEXEC;
+    // SAFETY: path is a valid C string.
+    let fd = check(unsafe { libc::open(path.as_ptr(), flags) })?;
+    Ok(owned(fd))
+}
+
+/// `fstat` of any descriptor, `O_PATH` ones included, without following a symlink.
+pub fn fstat(fd: BorrowedFd<'_>) -> Result<Stat> {
+    // SAFETY: st is plain data and fully written on success.
+    let mut st: Stat = unsafe { std::mem::zeroed() };
+    check(unsafe {
+        libc::fstatat(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            &mut st,
+            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })?;
+    Ok(st)
+}
+
+pub fn mkdir_at(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> Result<()> {
+    // SAFETY: valid C string and descriptor.
+    check(unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), mode) }).map(drop)
+}
+
+pub fn mknod_at(dir: BorrowedFd<'_>, name: &CStr, mode: u32, rdev: u64) -> Result<()> {
+    // SAFETY: valid C string and descriptor.
+    check(unsafe { libc::mknodat(dir.as_raw_fd(), name.as_ptr(), mode, rdev) }).map(drop)
+}
+
+pub fn symlink_at(target: &CStr, dir: BorrowedFd<'_>, name: &CStr) -> Result<()> {
+    // SAFETY: valid C strings and descriptor.
+    check(unsafe { libc::symlinkat(target.as_ptr(), dir.as_raw_fd(), name.as_ptr()) }).map(drop)
+}
+
+/// `unlinkat`; `dir_entry` selects `AT_REMOVEDIR`.
+pub fn unlink_at(dir: BorrowedFd<'_>, name: &CStr, dir_entry: bool) -> Result<()> {
+    let flags = if dir_entry { libc::AT_REMOVEDIR } else { 0 };
+    // SAFETY: valid C string and descriptor.
+    check(unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), flags) }).map(drop)
+}
+
+/// `renameat2` with `RENAME_NOREPLACE` / `RENAME_EXCHANGE` flags as given.
+pub fn rename_at(
+    old_dir: BorrowedFd<'_>,
+    old_name: &CStr,
+    new_dir: BorrowedFd<'_>,
+    new_name: &CStr,
+    flags: u32,
+) -> Result<()> {
+    // SAFETY: valid C strings and descriptors; renameat2 takes these argument types.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            old_dir.as_raw_fd(),
+            old_name.as_ptr(),
+            new_dir.as_raw_fd(),
+            new_name.as_ptr(),
+            flags,
+        )
+    };
+    check(ret as libc::c_int).map(drop)
+}
+
+/// A new name `new_dir/new_name` for the object `fd` holds (`AT_EMPTY_PATH` needs
+/// CAP_DAC_READ_SEARCH, which the root daemon has).
+pub fn link_at(fd: BorrowedFd<'_>, new_dir: BorrowedFd<'_>, new_name: &CStr) -> Result<()> {
+    // SAFETY: valid C strings and descriptors.
+    check(unsafe {
+        libc::linkat(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            new_dir.as_raw_fd(),
+            new_name.as_ptr(),
+            libc::AT_EMPTY_PATH,
+        )
+    })
+    .map(drop)
+}
+
+/// The target of the symlink `fd` holds.
+pub fn read_link(fd: BorrowedFd<'_>) -> Result<Vec<u8>> {
+    let mut buf = vec![0u8; libc::PATH_MAX as usize + 1];
+    // SAFETY: buf is valid for buf.len() bytes.
+    let n = check_size(unsafe {
+        libc::readlinkat(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    })?;
+    buf.truncate(n);
+    Ok(buf)
+}
+
+/// chown of the object itself (a symlink is not followed). `u32::MAX` keeps a value.
+pub fn chown(fd: BorrowedFd<'_>, uid: u32, gid: u32) -> Result<()> {
+    // SAFETY: valid descriptor and C string.
+    check(unsafe {
+        libc::fchownat(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            uid,
+            gid,
+            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })
+    .map(drop)
+}
+
+/// chmod through `/proc/self/fd/N` (Linux cannot chmod a symlink; callers skip those).
+pub fn chmod(fd: BorrowedFd<'_>, mode: u32) -> Result<()> {
+    let p = proc_path(fd);
+    // SAFETY: valid C string.
+    check(unsafe { libc::chmod(p.as_ptr(), mode) }).map(drop)
+}
+
+/// Sets atime and mtime of the object itself (`UTIME_OMIT` keeps one).
+pub fn set_times(fd: BorrowedFd<'_>, atime: libc::timespec, mtime: libc::timespec) -> Result<()> {
+    let times = [atime, mtime];
+    // SAFETY: valid descriptor, C string and a 2-element timespec array.
+    check(unsafe {
+        libc::utimensat(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            times.as_ptr(),
+            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })
+    .map(drop)
+}
+
+/// truncate through `/proc/self/fd/N` (regular files only).
+pub fn truncate(fd: BorrowedFd<'_>, size: u64) -> Result<()> {
+    let p = proc_path(fd);
+    // SAFETY: valid C string.
+    check(unsafe { libc::truncate(p.as_ptr(), size as libc::off_t) }).map(drop)
+}
+
+pub fn ftruncate(fd: BorrowedFd<'_>, size: u64) -> Result<()> {
+    // SAFETY: no memory effects.
+    check(unsafe { libc::ftruncate(fd.as_raw_fd(), size as libc::off_t) }).map(drop)
+}
+
+/// Reads at `offset` until `buf` is full or end of file; returns the bytes read.
+pub fn pread_full(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        // SAFETY: the pointer and length stay inside buf.
+        let n = unsafe {
+            libc::pread(
+                fd.as_raw_fd(),
+                buf[done..].as_mut_ptr().cast(),
+                buf.len() - done,
+                (offset + done as u64) as libc::off_t,
+            )
+        };
+        match check_size(n) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(Errno(libc::EINTR)) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}
+
+/// Writes all of `data` at `offset` (a short write is retried; a stuck one is ENOSPC).
+pub fn pwrite_full(fd: BorrowedFd<'_>, data: &[u8], offset: u64) -> Result<usize> {
+    let mut done = 0;
+    while done < data.len() {
+        // SAFETY: the pointer and length stay inside data.
+        let n = unsafe {
+            libc::pwrite(
+                fd.as_raw_fd(),
+                data[done..].as_ptr().cast(),
+                data.len() - done,
+                (offset + done as u64) as libc::off_t,
+            )
+        };
+        match check_size(n) {
+            Ok(0) => return Err(Errno::ENOSPC),
+            Ok(n) => done += n,
+            Err(Errno(libc::EINTR)) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}
+
+/// fsync, or fdatasync when `datasync`.
+pub fn fsync(fd: BorrowedFd<'_>, datasync: bool) -> Result<()> {
+    // SAFETY: no memory effects.
+    let r = unsafe {
+        if datasync {
+            libc::fdatasync(fd.as_raw_fd())
+        } else {
+            libc::fsync(fd.as_raw_fd())
+        }
+    };
+    check(r).map(drop)
+}
+
+pub fn fallocate(fd: BorrowedFd<'_>, mode: i32, offset: u64, len: u64) -> Result<()> {
+    // SAFETY: no memory effects.
+    check(unsafe {
+        libc::fallocate(
+            fd.as_raw_fd(),
+            mode,
+            offset as libc::off_t,
+            len as libc::off_t,
+        )
+    })
+    .map(drop)
+}
+
+/// `lseek` for SEEK_DATA / SEEK_HOLE / SEEK_END queries. Uses a private duplicate-free call:
+/// the file offset it moves belongs to mirrorfs's own descriptor, which is only used with
+/// positional I/O, so moving it is harmless.
+pub fn lseek(fd: BorrowedFd<'_>, offset: i64, whence: i32) -> Result<i64> {
+    // SAFETY: no memory effects.
+    let r = unsafe { libc::lseek(fd.as_raw_fd(), offset as libc::off_t, whence) };
+    if r < 0 {
+        Err(Errno::last())
+    } else {
+        Ok(r as i64)
+    }
+}
+
+/// Copies up to `len` bytes between two files of one leg, looping over short copies until
+/// `len` is done or the source ends. Returns the bytes copied.
+pub fn copy_file_range_full(
+    fd_in: BorrowedFd<'_>,
+    off_in: u64,
+    fd_out: BorrowedFd<'_>,
+    off_out: u64,
+    len: u64,
+) -> Result<u64> {
+    let mut done: u64 = 0;
+    while done < len {
+        let mut i = (off_in + done) as libc::loff_t;
+        let mut o = (off_out + done) as libc::loff_t;
+        // SAFETY: i and o are valid, writable offsets.
+        let n = unsafe {
+            libc::copy_file_range(
+                fd_in.as_raw_fd(),
+                &mut i,
+                fd_out.as_raw_fd(),
+                &mut o,
+                (len - done) as usize,
+                0,
+            )
+        };
+        match check_size(n) {
+            Ok(0) => break,
+            Ok(n) => done += n as u64,
+            Err(Errno(libc::EINTR)) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}
+
+/// `fstatvfs` of the filesystem holding `fd`.
+pub fn statvfs(fd: BorrowedFd<'_>) -> Result<libc::statvfs> {
+    // SAFETY: st is plain data, fully written on success.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    check(unsafe { libc::fstatvfs(fd.as_raw_fd(), &mut st) })?;
+    Ok(st)
+}
+
+/// `faccessat` on the object with the current (file-system) credentials.
+pub fn access(fd: BorrowedFd<'_>, mask: i32) -> Result<()> {
+    let p = proc_path(fd);
+    // SAFETY: valid C string.
+    check(unsafe { libc::faccessat(libc::AT_FDCWD, p.as_ptr(), mask, libc::AT_EACCESS) })
+        .map(drop)
+}
+
+/// A readable descriptor of a directory held as `O_PATH`.
+pub fn open_dir_for_read(fd: BorrowedFd<'_>) -> Result<OwnedFd> {
+    // SAFETY: valid descriptor and C string.
+    let r = check(unsafe {
+        libc::openat(
+            fd.as_raw_fd(),
+            c".".as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    })?;
+    Ok(owned(r))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn path_ops_never_follow_symlinks() {
+        let dir = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", dir.path().join("l")).unwrap();
+        let root = open_root(dir.path()).unwrap();
+        let l = open_path_at(root.as_fd(), c"l").unwrap();
+        let st = fstat(l.as_fd()).unwrap();
+        assert_eq!(st.st_mode & libc::S_IFMT, libc::S_IFLNK);
+        assert_eq!(read_link(l.as_fd()).unwrap(), b"/etc/passwd");
+        // Creating through a symlink must fail instead of writing outside the leg.
+        assert!(create_at(root.as_fd(), c"l", libc::O_WRONLY, 0o644).is_err());
+    }
+
+    #[test]
+    fn write_read_roundtrip_and_times() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = open_root(dir.path()).unwrap();
+        let f = create_at(root.as_fd(), c"f", libc::O_RDWR, 0o600).unwrap();
+        assert_eq!(pwrite_full(f.as_fd(), b"hello", 3).unwrap(), 5);
+        let mut buf = [0u8; 16];
+        assert_eq!(pread_full(f.as_fd(), &mut buf, 0).unwrap(), 8);
+        assert_eq!(&buf[..8], b"\0\0\0hello");
+        let p = open_path_at(root.as_fd(), c"f").unwrap();
+        let t = libc::timespec {
+            tv_sec: 1_000_000,
+            tv_nsec: 5,
+        };
+        set_times(p.as_fd(), t, t).unwrap();
+        let st = fstat(p.as_fd()).unwrap();
+        assert_eq!((st.st_mtime, st.st_mtime_nsec), (1_000_000, 5));
+        chmod(p.as_fd(), 0o640).unwrap();
+        assert_eq!(fstat(p.as_fd()).unwrap().st_mode & 0o7777, 0o640);
+        truncate(p.as_fd(), 2).unwrap();
+        assert_eq!(fstat(p.as_fd()).unwrap().st_size, 2);
+    }
+}

@@ -1,0 +1,151 @@
+//! The only module with `unsafe`: thin wrappers over the syscalls mirrorfs makes on its legs.
+//!
+//! Rules kept here so that callers cannot forget them:
+//! - every open adds `O_CLOEXEC`, and every name lookup adds `O_NOFOLLOW` (or
+//!   `AT_SYMLINK_NOFOLLOW`): a symlink inside a leg is never followed on the user's behalf;
+//! - names are single path components (the FUSE kernel never sends a `/`), resolved relative to
+//!   a directory descriptor, so no operation re-resolves a long absolute path;
+//! - a descriptor opened with `O_PATH` is re-opened for I/O through `/proc/self/fd/N` only for
+//!   regular files and directories (see [`fd::reopen`]).
+
+pub mod aligned;
+pub mod creds;
+pub mod dir;
+pub mod fd;
+pub mod xattr;
+
+use crate::errno::{Errno, Result};
+
+/// Turns a libc return value into a result: -1 means "see errno".
+fn check(ret: libc::c_int) -> Result<libc::c_int> {
+    if ret == -1 {
+        Err(Errno::last())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// Same as [`check`] for calls returning `ssize_t`.
+fn check_size(ret: libc::ssize_t) -> Result<usize> {
+    if ret < 0 {
+        Err(Errno::last())
+    } else {
+        Ok(ret as usize)
+    }
+}
+
+/// Sets the process umask to 0: modes arrive from the kernel already masked with the caller's
+/// umask, and must reach every leg unchanged.
+pub fn clear_umask() {
+    // SAFETY: umask has no memory effects.
+    unsafe { libc::umask(0) };
+}
+
+/// Raises the soft limit on open files to the hard limit: every inode the kernel holds pins one
+/// `O_PATH` descriptor per leg.
+pub fn raise_nofile_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: lim is a valid, writable rlimit.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 && lim.rlim_cur < lim.rlim_max
+    {
+        lim.rlim_cur = lim.rlim_max;
+        // SAFETY: lim is a valid rlimit.
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
+    }
+}
+
+/// The current time as a `timespec`, for resolving `UTIME_NOW` once for every leg.
+pub fn now_timespec() -> libc::timespec {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    ts
+}
+
+/// 16 random bytes from the kernel, as lowercase hex (array and leg identities).
+pub fn random_hex_id() -> String {
+    let mut buf = [0u8; 16];
+    // SAFETY: buf is valid for 16 bytes.
+    let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
+    if n != buf.len() as isize {
+        // getrandom cannot fail for 16 bytes after boot; fall back to time and pid.
+        let t = now_timespec();
+        let mix = (t.tv_sec as u128) << 64 | (t.tv_nsec as u128) << 32 | std::process::id() as u128;
+        buf = mix.to_le_bytes();
+    }
+    buf.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `fork()`, for daemonizing before any thread exists.
+pub fn fork() -> Result<libc::pid_t> {
+    // SAFETY: called before any thread is started (the CLI guarantees it).
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        Err(Errno::last())
+    } else {
+        Ok(pid)
+    }
+}
+
+/// `setsid()`: detach the daemon from the terminal's session.
+pub fn setsid() {
+    // SAFETY: no memory effects.
+    unsafe { libc::setsid() };
+}
+
+/// Points stdin, stdout and stderr at /dev/null (the daemon after a successful mount).
+pub fn redirect_stdio_to_null() {
+    // SAFETY: the path is a valid C string; dup2 onto 0..2 has no memory effects.
+    unsafe {
+        let fd = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if fd >= 0 {
+            libc::dup2(fd, 0);
+            libc::dup2(fd, 1);
+            libc::dup2(fd, 2);
+            if fd > 2 {
+                libc::close(fd);
+            }
+        }
+    }
+}
+
+/// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread (and so in every thread it starts
+/// afterwards), so that one thread can wait for them with [`wait_for_termination_signal`].
+pub fn block_termination_signals() {
+    // SAFETY: set is initialised by sigemptyset before use.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGHUP);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+/// Waits until SIGINT, SIGTERM or SIGHUP arrives; returns its number.
+pub fn wait_for_termination_signal() -> i32 {
+    // SAFETY: set is initialised by sigemptyset before use; sig is a valid out pointer.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGHUP);
+        let mut sig: libc::c_int = 0;
+        libc::sigwait(&set, &mut sig);
+        sig
+    }
+}
+
+/// The effective uid of this process.
+pub fn geteuid() -> u32 {
+    // SAFETY: no memory effects.
+    unsafe { libc::geteuid() }
+}

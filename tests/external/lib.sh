@@ -1,0 +1,358 @@
+# shellcheck shell=bash
+# tests/external/lib.sh: shared helpers for the external checks of mirrorfs. Source it; do not run it.
+#
+# It checks nothing by itself; it gives the scripts next to it one way to mount mirrorfs, to
+# unmount it (also on any exit, via a trap), and to check that the legs of a mirror are identical.
+#
+#   mount_mirror NLEGS DIR [OPTS]  create DIR/leg0 .. DIR/leg<NLEGS-1> and DIR/mnt, mount mirrorfs
+#                                  there in background mode (OPTS go to `-o`, after the positionals).
+#                                  Sets MNT, LEGS (array), MIRROR_DIR, MIRROR_LOG, MIRROR_PID.
+#   unmount_mirror                 umount MNT, wait for the daemon to exit; fails if the daemon died,
+#                                  panicked, or would not let go of the mount.
+#   remount_mirror                 unmount_mirror, then mount the same legs with the same options.
+#   compare_legs LEG...            fail unless every LEG is identical to the first one
+#                                  (rsync itemized dry run + a sha256 manifest).
+#   check_mirror                   sync the mount, compare_legs "${LEGS[@]}", and check that the
+#                                  mount shows what leg0 holds; also fails if the daemon is gone.
+#   make_workdir NAME              a fresh work directory under $EXT_WORK; removed on a clean exit.
+#   run_step [--here] NAME CMD...  run CMD in a `set -e` subshell, time it, record ok/FAILED;
+#                                  print_steps prints the table, steps_failed counts the failures.
+#                                  Never call run_step inside `if`/`&&`/`||`: bash would then
+#                                  switch off `set -e` inside the step. --here runs CMD in this
+#                                  shell, without `set -e` (for mount/unmount, which set globals).
+#
+# Environment:
+#   MIRRORFS     the binary (default: target/debug/mirrorfs under the repository root).
+#                MIRRORFS=tmpfs is a self-test of these scripts without mirrorfs: the "mount" is a
+#                tmpfs and every "leg" is a bind mount of it (so legs always compare equal).
+#   MIRRORFS_DEBUG=1  mount with -d (the daemon's log goes to $MIRROR_LOG).
+#   EXT_WORK     where work directories go (default /tmp; keep it short).
+#   EXT_OUT      where logs go (default: target/external under the repository root).
+#   EXT_KEEP=1   keep work directories (legs, mount point) even when the script succeeds.
+
+EXT_LIB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO_ROOT=$(cd "$EXT_LIB_DIR/../.." && pwd)
+MIRRORFS=${MIRRORFS:-$REPO_ROOT/target/debug/mirrorfs}
+if [ "$MIRRORFS" != tmpfs ] && [ "${MIRRORFS#/}" = "$MIRRORFS" ]; then
+    MIRRORFS=$PWD/$MIRRORFS # make a relative path absolute now; scripts cd around later
+fi
+EXT_WORK=${EXT_WORK:-/tmp}
+EXT_OUT=${EXT_OUT:-$REPO_ROOT/target/external}
+mkdir -p "$EXT_OUT"
+
+MNT=
+LEGS=()
+MIRROR_DIR=
+MIRROR_OPTS=
+MIRROR_LOG=
+MIRROR_PID=
+_EXT_WORKDIRS=()
+_EXT_STEPS=()
+_EXT_TMPFS=()
+
+say() { printf '== %s\n' "$*"; }
+warn() { printf '%s: %s\n' "${0##*/}" "$*" >&2; }
+die() {
+    warn "$*"
+    exit 1
+}
+
+need_root() { [ "$(id -u)" -eq 0 ] || die "must run as root (FUSE mounts with allow_other, pjdfstest's user switches)"; }
+
+need_cmd() {
+    local c
+    for c in "$@"; do
+        command -v "$c" >/dev/null 2>&1 || die "'$c' is not installed (see .ci/run for the package list)"
+    done
+}
+
+need_binary() {
+    [ "$MIRRORFS" = tmpfs ] && return 0
+    [ -x "$MIRRORFS" ] || die "mirrorfs binary '$MIRRORFS' not found: run 'cargo build' or set MIRRORFS"
+}
+
+make_workdir() {
+    local d
+    d=$(mktemp -d "$EXT_WORK/mfs-$1.XXXXXX") || die "cannot create a work directory under $EXT_WORK"
+    _EXT_WORKDIRS+=("$d")
+    printf '%s\n' "$d"
+}
+
+# ---------------------------------------------------------------- mounting
+
+mount_mirror() {
+    [ $# -ge 2 ] || die "usage: mount_mirror NLEGS DIR [OPTS]"
+    local n=$1 i
+    [ -n "$MNT" ] && die "mount_mirror: $MNT is still mounted"
+    mkdir -p "$2"
+    MIRROR_DIR=$(cd "$2" && pwd)
+    MIRROR_OPTS=${3:-}
+    LEGS=()
+    for ((i = 0; i < n; i++)); do
+        mkdir -p "$MIRROR_DIR/leg$i"
+        LEGS+=("$MIRROR_DIR/leg$i")
+    done
+    MNT=$MIRROR_DIR/mnt
+    mkdir -p "$MNT"
+    MIRROR_LOG=$MIRROR_DIR/mirrorfs.log
+    _mount_again
+}
+
+_mount_again() {
+    local legspec args=() leg p
+    if [ "$MIRRORFS" = tmpfs ]; then
+        # One tmpfs at DIR/store (kept until the exit trap, so data survives a remount), bind
+        # mounted onto the mount point and onto every leg.
+        if ! mountpoint -q "$MIRROR_DIR/store"; then
+            mkdir -p "$MIRROR_DIR/store"
+            mount -t tmpfs -o size=8g,mode=755 ext-selftest "$MIRROR_DIR/store" || die "tmpfs self-test mount failed"
+            _EXT_TMPFS+=("$MIRROR_DIR/store")
+        fi
+        for leg in "$MNT" "${LEGS[@]}"; do
+            mount --bind "$MIRROR_DIR/store" "$leg" || die "bind mount on $leg failed"
+        done
+        MIRROR_PID=
+        return 0
+    fi
+    legspec=$(IFS=:; printf '%s' "${LEGS[*]}")
+    [ "${MIRRORFS_DEBUG:-0}" = 1 ] && args+=(-d)
+    args+=("$legspec" "$MNT")
+    [ -n "$MIRROR_OPTS" ] && args+=(-o "$MIRROR_OPTS")
+    printf '\n### %s: %s %s\n' "$(date -u +%T)" "$MIRRORFS" "${args[*]}" >>"$MIRROR_LOG"
+    # Background mode: the command returns once the mount answers. The daemon keeps our
+    # stdout/stderr if it does not close them, so its messages land in MIRROR_LOG.
+    if ! "$MIRRORFS" "${args[@]}" >>"$MIRROR_LOG" 2>&1; then
+        tail -n 20 "$MIRROR_LOG" >&2
+        MNT_FAILED=$MNT
+        MNT=
+        die "mounting mirrorfs on $MNT_FAILED failed (log: $MIRROR_LOG)"
+    fi
+    if ! mountpoint -q "$MNT"; then
+        MNT_FAILED=$MNT
+        MNT=
+        die "mirrorfs exited 0 but $MNT_FAILED is not a mount point (log: $MIRROR_LOG)"
+    fi
+    # Find the daemon: a process whose argv[0] is our binary and which has MNT as an argument.
+    MIRROR_PID=
+    for p in /proc/[0-9]*; do
+        [ "$(readlink "$p/exe" 2>/dev/null)" = "$(readlink -f "$MIRRORFS")" ] || continue
+        if tr '\0' '\n' <"$p/cmdline" 2>/dev/null | grep -qxF -- "$MNT"; then
+            MIRROR_PID=${p#/proc/}
+            break
+        fi
+    done
+    [ -n "$MIRROR_PID" ] || warn "could not find the mirrorfs daemon's pid (checks for its death are off)"
+    say "mounted mirrorfs at $MNT (legs: ${LEGS[*]}; opts: ${MIRROR_OPTS:-none}; pid ${MIRROR_PID:-?})"
+}
+
+daemon_alive() { [ -z "$MIRROR_PID" ] || kill -0 "$MIRROR_PID" 2>/dev/null; }
+
+# Fails if the daemon's log shows a Rust panic.
+_check_panics() {
+    [ -n "$MIRROR_LOG" ] && [ -f "$MIRROR_LOG" ] || return 0
+    if grep -q 'panicked at' "$MIRROR_LOG"; then
+        warn "mirrorfs panicked (log: $MIRROR_LOG):"
+        grep -A3 'panicked at' "$MIRROR_LOG" | head -n 20 >&2
+        return 1
+    fi
+}
+
+unmount_mirror() {
+    local rc=0 i leg
+    [ -n "$MNT" ] || return 0
+    if [ "$MIRRORFS" = tmpfs ]; then
+        for leg in "${LEGS[@]}"; do umount "$leg" || rc=1; done
+        umount "$MNT" || rc=1
+        MNT=
+        return $rc
+    fi
+    if ! daemon_alive; then
+        warn "the mirrorfs daemon (pid $MIRROR_PID) died while mounted (log: $MIRROR_LOG)"
+        tail -n 20 "$MIRROR_LOG" >&2
+        rc=1
+    fi
+    # EBUSY right after a workload is normal for a moment (a process still exiting); retry.
+    for ((i = 0; i < 20; i++)); do
+        mountpoint -q "$MNT" || break
+        umount "$MNT" 2>/dev/null && break
+        sleep 0.5
+    done
+    if mountpoint -q "$MNT"; then
+        warn "umount $MNT keeps failing; lazy unmount. Users of the mount:"
+        fuser -vm "$MNT" >&2 || true
+        umount -l "$MNT" || true
+        rc=1
+    fi
+    # umount returns before the daemon has finished; the legs are only final once it exited.
+    if [ -n "$MIRROR_PID" ]; then
+        for ((i = 0; i < 600; i++)); do
+            kill -0 "$MIRROR_PID" 2>/dev/null || break
+            sleep 0.1
+        done
+        if kill -0 "$MIRROR_PID" 2>/dev/null; then
+            warn "the mirrorfs daemon (pid $MIRROR_PID) still runs 60 s after umount; sending SIGTERM"
+            kill -TERM "$MIRROR_PID" 2>/dev/null || true
+            rc=1
+        fi
+    fi
+    _check_panics || rc=1
+    MNT=
+    MIRROR_PID=
+    return $rc
+}
+
+remount_mirror() {
+    local mnt=$MNT
+    unmount_mirror || return 1
+    MNT=$mnt
+    _mount_again
+}
+
+# ---------------------------------------------------------------- comparing legs
+
+# One line per entry: type, mode, owner, size (not for directories: their size depends on the
+# history of the directory on that leg's fs), path, symlink target; then sha256 of every regular
+# file. Leaves out a leg's /.mirrorfs (the superblock) and a root /lost+found.
+tree_manifest() {
+    (
+        cd "$1" || exit 1
+        find . -mindepth 1 \( -path ./.mirrorfs -o -path ./lost+found \) -prune -o \
+            \( -type d -printf 'd %#m %U:%G - %p\n' \) -o -printf '%y %#m %U:%G %s %p %l\n' | LC_ALL=C sort
+        find . \( -path ./.mirrorfs -o -path ./lost+found \) -prune -o -type f -print0 |
+            LC_ALL=C sort -z | xargs -0 -r sha256sum
+    )
+}
+
+compare_legs() {
+    [ $# -ge 2 ] || die "usage: compare_legs LEG LEG..."
+    local a=$1 b out rc=0 tmp
+    shift
+    tmp=$(mktemp -d)
+    tree_manifest "$a" >"$tmp/a" || rc=1
+    for b in "$@"; do
+        # -c compares contents; -H hard links, -A ACLs, -X xattrs, -a modes/owners/mtimes/devices.
+        # --omit-dir-times: a directory's mtime is set by each leg's own filesystem whenever an
+        # entry is added or removed, at a slightly different moment on each leg, and mirrorfs does
+        # not copy directory mtimes between legs (the mount shows one leg's), so they are not part
+        # of what must be identical. File and symlink mtimes are compared.
+        if ! out=$(rsync -aHAXc -n -i --delete --omit-dir-times \
+            --exclude=/.mirrorfs --exclude=/lost+found "$a/" "$b/" 2>&1); then
+            warn "rsync failed comparing $a and $b: $out"
+            rc=1
+        elif [ -n "$out" ]; then
+            warn "legs differ: $a vs $b (rsync -n -i, what would change on $b):"
+            printf '%s\n' "$out" | head -n 40 >&2
+            [ "$(printf '%s\n' "$out" | wc -l)" -gt 40 ] && warn "... $(printf '%s\n' "$out" | wc -l) lines in all"
+            rc=1
+        fi
+        tree_manifest "$b" >"$tmp/b" || rc=1
+        if ! out=$(diff "$tmp/a" "$tmp/b"); then
+            warn "manifests differ: $a vs $b (< first, > second):"
+            printf '%s\n' "$out" | head -n 40 >&2
+            rc=1
+        fi
+    done
+    [ $rc -eq 0 ] && say "legs identical ($(grep -c '^[^ ]* 0' "$tmp/a") entries): $a $*"
+    rm -rf "$tmp"
+    return $rc
+}
+
+# Checks the current mount: daemon alive, every leg identical, the mount shows leg0's tree.
+check_mirror() {
+    local rc=0 tmp
+    [ -n "$MNT" ] || die "check_mirror: nothing mounted"
+    if ! daemon_alive || ! stat "$MNT" >/dev/null 2>&1; then
+        warn "the mirrorfs mount at $MNT is dead (daemon pid ${MIRROR_PID:-?}; log $MIRROR_LOG)"
+        tail -n 20 "$MIRROR_LOG" >&2
+        return 1
+    fi
+    # Push dirty page-cache data down to mirrorfs, so that the legs hold everything written.
+    sync -f "$MNT" || { warn "syncfs on $MNT failed"; rc=1; }
+    compare_legs "${LEGS[@]}" || rc=1
+    tmp=$(mktemp -d)
+    tree_manifest "$MNT" >"$tmp/mnt" || rc=1
+    tree_manifest "${LEGS[0]}" >"$tmp/leg0" || rc=1
+    if ! diff "$tmp/leg0" "$tmp/mnt" >"$tmp/diff"; then
+        warn "the mount does not show what ${LEGS[0]} holds (< leg0, > mount):"
+        head -n 40 "$tmp/diff" >&2
+        rc=1
+    fi
+    rm -rf "$tmp"
+    _check_panics || rc=1
+    return $rc
+}
+
+# ---------------------------------------------------------------- steps and the summary table
+
+run_step() {
+    local name t0 t1 rc here=0
+    if [ "$1" = --here ]; then
+        here=1
+        shift
+    fi
+    name=$1
+    shift
+    say "step $name"
+    t0=$(date +%s.%N)
+    if [ $here = 1 ]; then
+        "$@"
+        rc=$?
+    else
+        (
+            set -e
+            "$@"
+        )
+        rc=$?
+    fi
+    t1=$(date +%s.%N)
+    t1=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", b - a}')
+    if [ $rc -eq 0 ]; then
+        _EXT_STEPS+=("$name|ok|$t1")
+    else
+        _EXT_STEPS+=("$name|FAILED (exit $rc)|$t1")
+        warn "step $name FAILED (exit $rc)"
+    fi
+    return 0
+}
+
+print_steps() {
+    local s
+    printf '%-34s %-16s %8s\n' step result seconds
+    for s in "${_EXT_STEPS[@]}"; do
+        IFS='|' read -r n r t <<<"$s"
+        printf '%-34s %-16s %8s\n' "$n" "$r" "$t"
+    done
+}
+
+steps_failed() {
+    local s n=0
+    for s in "${_EXT_STEPS[@]}"; do
+        case $s in *'|ok|'*) ;; *) n=$((n + 1)) ;; esac
+    done
+    echo $n
+}
+
+# ---------------------------------------------------------------- exit trap
+
+_ext_exit() {
+    local rc=$? d
+    trap - EXIT
+    set +e
+    if [ -n "$MNT" ]; then
+        unmount_mirror || rc=1
+    fi
+    for d in "${_EXT_TMPFS[@]}"; do umount "$d" || rc=1; done
+    for d in "${_EXT_WORKDIRS[@]}"; do
+        if grep -qsF " $d/" /proc/self/mounts; then
+            warn "something is still mounted under $d; leaving it in place"
+        elif [ $rc -eq 0 ] && [ "${EXT_KEEP:-0}" != 1 ]; then
+            rm -rf "$d"
+        else
+            warn "kept $d"
+        fi
+    done
+    exit $rc
+}
+trap _ext_exit EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM

@@ -1,0 +1,320 @@
+//! Attribute operations through a mirrorfs mount: chmod, chown/lchown, utimensat, statfs,
+//! access(2). Every change must be visible through the mount and on every leg.
+
+#[macro_use]
+mod common;
+
+use common::*;
+use std::fs::{self, File};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{symlink, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+legs_test!(
+    chmod_special_bits,
+    chown_and_lchown,
+    utimensat_explicit_now_omit,
+    statfs_within_smallest_leg,
+    access_checks,
+);
+
+/// (label, path) for the mount and every leg.
+fn everywhere(m: &Mounted, rel: &str) -> Vec<(String, PathBuf)> {
+    let mut v = vec![("mnt".to_string(), m.path(rel))];
+    for (i, l) in m.legs().iter().enumerate() {
+        v.push((format!("leg{i}"), l.join(rel)));
+    }
+    v
+}
+
+#[track_caller]
+fn assert_mode_everywhere(m: &Mounted, rel: &str, mode: u32) {
+    for (w, p) in everywhere(m, rel) {
+        let got = lstat_ok(&p).st_mode & 0o7777;
+        assert_eq!(got, mode, "mode of {rel} on {w}: got {got:04o}, want {mode:04o}");
+    }
+}
+
+#[track_caller]
+fn assert_owner_everywhere(m: &Mounted, rel: &str, uid: u32, gid: u32) {
+    for (w, p) in everywhere(m, rel) {
+        let st = lstat_ok(&p);
+        assert_eq!(
+            (st.st_uid, st.st_gid),
+            (uid, gid),
+            "owner of {rel} on {w}"
+        );
+    }
+}
+
+fn chmod_special_bits(n: usize) {
+    require_fuse!();
+    let m = TestMirror::new(n).mount();
+    fs::write(m.path("f"), b"#!/bin/sh\n").unwrap();
+    fs::create_dir(m.path("d")).unwrap();
+    for mode in [0o4755, 0o2755, 0o6711, 0o7777, 0o1644, 0o0000, 0o0640] {
+        chmod(m.path("f"), mode).unwrap_or_else(|e| panic!("chmod f {mode:o}: {e}"));
+        assert_mode_everywhere(&m, "f", mode);
+    }
+    for mode in [0o1777, 0o2775, 0o3755, 0o7700, 0o0755] {
+        chmod(m.path("d"), mode).unwrap_or_else(|e| panic!("chmod d {mode:o}: {e}"));
+        assert_mode_everywhere(&m, "d", mode);
+    }
+    // fchmod on an open fd.
+    let f = File::open(m.path("f")).unwrap();
+    f.set_permissions(fs::Permissions::from_mode(0o4711))
+        .expect("fchmod 4711");
+    assert_mode_everywhere(&m, "f", 0o4711);
+    drop(f);
+    // chmod through a symlink changes the target, not the link.
+    symlink("f", m.path("l")).unwrap();
+    chmod(m.path("l"), 0o600).unwrap();
+    assert_mode_everywhere(&m, "f", 0o600);
+    assert_errno(chmod(m.path("missing"), 0o644), libc::ENOENT, "chmod missing");
+    m.finish();
+}
+
+fn chown_and_lchown(n: usize) {
+    require_fuse!();
+    let m = TestMirror::new(n).mount();
+    fs::write(m.path("f"), b"f").unwrap();
+    fs::create_dir(m.path("d")).unwrap();
+    chown(m.path("f"), 1234, 5678).expect("chown f 1234:5678");
+    assert_owner_everywhere(&m, "f", 1234, 5678);
+    // -1 leaves a field alone.
+    chown(m.path("f"), 4321, u32::MAX).expect("chown f uid only");
+    assert_owner_everywhere(&m, "f", 4321, 5678);
+    chown(m.path("f"), u32::MAX, 42).expect("chown f gid only");
+    assert_owner_everywhere(&m, "f", 4321, 42);
+    chown(m.path("d"), NOBODY, NOGROUP).expect("chown d");
+    assert_owner_everywhere(&m, "d", NOBODY, NOGROUP);
+    // fchown.
+    let fd = File::open(m.path("f")).unwrap();
+    assert_eq!(unsafe { libc::fchown(fd.as_raw_fd(), 7, 8) }, 0, "fchown");
+    drop(fd);
+    assert_owner_everywhere(&m, "f", 7, 8);
+
+    // lchown changes the link only; chown through the link changes the target.
+    symlink("f", m.path("l")).unwrap();
+    lchown(m.path("l"), 1111, 2222).expect("lchown l");
+    assert_owner_everywhere(&m, "l", 1111, 2222);
+    assert_owner_everywhere(&m, "f", 7, 8);
+    chown(m.path("l"), 3333, 4444).expect("chown via symlink");
+    assert_owner_everywhere(&m, "f", 3333, 4444);
+    assert_owner_everywhere(&m, "l", 1111, 2222);
+
+    // A symlink pointing outside the legs: lchown must not touch the outside file.
+    let outside = m.root().join("outside");
+    fs::write(&outside, b"not part of the mirror").unwrap();
+    symlink(&outside, m.path("out")).unwrap();
+    lchown(m.path("out"), 999, 999).expect("lchown out");
+    let st = lstat_ok(&outside);
+    assert_eq!(
+        (st.st_uid, st.st_gid),
+        (0, 0),
+        "lchown of a symlink in the mount changed the file it points to"
+    );
+    assert_owner_everywhere(&m, "out", 999, 999);
+    m.finish();
+}
+
+fn timespec_of(st: &libc::stat) -> ((i64, i64), (i64, i64)) {
+    (
+        (st.st_atime, st.st_atime_nsec),
+        (st.st_mtime, st.st_mtime_nsec),
+    )
+}
+
+fn now_secs() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+fn utimensat_explicit_now_omit(n: usize) {
+    require_fuse!();
+    let m = TestMirror::new(n).mount();
+    fs::write(m.path("f"), b"times").unwrap();
+    fs::create_dir(m.path("d")).unwrap();
+    let a = (1_000_000_000, 123_456_789);
+    let mt = (1_500_000_000, 987_654_321);
+
+    for rel in ["f", "d"] {
+        utimensat(m.path(rel), ts(a.0, a.1), ts(mt.0, mt.1), false)
+            .unwrap_or_else(|e| panic!("utimensat {rel}: {e}"));
+        for (w, p) in everywhere(&m, rel) {
+            assert_eq!(
+                timespec_of(&lstat_ok(&p)),
+                (a, mt),
+                "(atime, mtime) of {rel} on {w} after explicit utimensat"
+            );
+        }
+    }
+
+    // UTIME_OMIT for atime, a new explicit mtime.
+    let mt2 = (1_600_000_000, 5);
+    utimensat(m.path("f"), ts(0, libc::UTIME_OMIT), ts(mt2.0, mt2.1), false)
+        .expect("utimensat OMIT/explicit");
+    for (w, p) in everywhere(&m, "f") {
+        assert_eq!(
+            timespec_of(&lstat_ok(&p)),
+            (a, mt2),
+            "(atime, mtime) on {w} after UTIME_OMIT atime"
+        );
+    }
+    // UTIME_NOW for mtime, UTIME_OMIT for atime.
+    let before = now_secs();
+    utimensat(m.path("f"), ts(0, libc::UTIME_OMIT), ts(0, libc::UTIME_NOW), false)
+        .expect("utimensat OMIT/NOW");
+    let after = now_secs();
+    let st_m = lstat_ok(m.path("f"));
+    assert_eq!((st_m.st_atime, st_m.st_atime_nsec), a, "atime kept (UTIME_OMIT)");
+    assert!(
+        st_m.st_mtime >= before - 1 && st_m.st_mtime <= after + 1,
+        "UTIME_NOW mtime {} not within [{before}, {after}]",
+        st_m.st_mtime
+    );
+    for (w, p) in everywhere(&m, "f") {
+        let st = lstat_ok(&p);
+        assert_eq!(
+            (st.st_mtime, st.st_mtime_nsec),
+            (st_m.st_mtime, st_m.st_mtime_nsec),
+            "mtime on {w} equals the mount's after UTIME_NOW"
+        );
+        assert_eq!((st.st_atime, st.st_atime_nsec), a, "atime on {w}");
+    }
+    // Both NOW (utimes(path, NULL) is the same).
+    utimensat(m.path("d"), ts(0, libc::UTIME_NOW), ts(0, libc::UTIME_NOW), false)
+        .expect("utimensat NOW/NOW");
+    let st = lstat_ok(m.path("d"));
+    assert!(st.st_atime >= before - 1 && st.st_mtime >= before - 1);
+
+    // AT_SYMLINK_NOFOLLOW sets the link's own times.
+    symlink("f", m.path("l")).unwrap();
+    let f_before = timespec_of(&lstat_ok(m.path("f")));
+    let lt = (1_200_000_000, 777);
+    utimensat(m.path("l"), ts(lt.0, lt.1), ts(lt.0, lt.1), true)
+        .expect("utimensat AT_SYMLINK_NOFOLLOW");
+    for (w, p) in everywhere(&m, "l") {
+        let st = lstat_ok(&p);
+        assert_eq!(
+            (st.st_mtime, st.st_mtime_nsec),
+            lt,
+            "mtime of the symlink itself on {w}"
+        );
+    }
+    assert_eq!(
+        timespec_of(&lstat_ok(m.path("f"))),
+        f_before,
+        "setting a symlink's times changed its target"
+    );
+    // A write bumps mtime and every leg gets the same one.
+    fs::write(m.path("f"), b"new").unwrap();
+    let st_m = lstat_ok(m.path("f"));
+    assert!(st_m.st_mtime >= before - 1, "mtime after write");
+    for (w, p) in everywhere(&m, "f") {
+        let st = lstat_ok(&p);
+        assert_eq!(
+            (st.st_mtime, st.st_mtime_nsec),
+            (st_m.st_mtime, st_m.st_mtime_nsec),
+            "mtime on {w} after a write"
+        );
+    }
+    m.finish();
+}
+
+fn bytes(st: &libc::statvfs) -> (u128, u128, u128) {
+    let f = st.f_frsize as u128;
+    (
+        st.f_blocks as u128 * f,
+        st.f_bfree as u128 * f,
+        st.f_bavail as u128 * f,
+    )
+}
+
+fn statfs_within_smallest_leg(n: usize) {
+    require_fuse!();
+    // The last leg is a small tmpfs, so the smallest leg is known.
+    let mut dirs = TestDirs::new(n);
+    dirs.mount_tmpfs_leg(n - 1, "64m");
+    let m = TestMirror::new(n).with_dirs(dirs).mount();
+    let sm = statvfs(m.mnt()).expect("statvfs on the mount");
+    let legs: Vec<libc::statvfs> = m.legs().iter().map(|l| statvfs(l).unwrap()).collect();
+    let min_total = legs.iter().map(|s| bytes(s).0).min().unwrap();
+    let min_avail = legs.iter().map(|s| bytes(s).2).min().unwrap();
+    let (total, free, avail) = bytes(&sm);
+    assert!(sm.f_frsize > 0 && sm.f_bsize > 0, "f_frsize/f_bsize are 0");
+    assert!(total > 0, "f_blocks is 0");
+    assert!(
+        total <= min_total,
+        "mount reports {total} bytes total, more than the smallest leg ({min_total})"
+    );
+    assert!(
+        avail <= min_avail,
+        "mount reports {avail} bytes available, more than the smallest leg ({min_avail})"
+    );
+    assert!(avail <= free && free <= total, "bavail <= bfree <= blocks");
+    assert!(
+        sm.f_namemax > 0 && sm.f_namemax <= 255,
+        "f_namemax is {}",
+        sm.f_namemax
+    );
+    // Writing data shows up in the free space of the mount.
+    fs::write(m.path("fill"), pattern(8 << 20, 5)).unwrap();
+    let (_, _, avail2) = bytes(&statvfs(m.mnt()).unwrap());
+    assert!(
+        avail2 < avail,
+        "available space did not drop after writing 8 MiB ({avail} -> {avail2})"
+    );
+    m.finish();
+}
+
+fn access_ok(p: &Path, mode: i32) -> bool {
+    access(p, mode).is_ok()
+}
+
+fn access_checks(n: usize) {
+    require_fuse!();
+    let m = TestMirror::new(n).mount();
+    for (name, mode) in [("r644", 0o644), ("x755", 0o755), ("none", 0o000), ("x100", 0o100)] {
+        fs::write(m.path(name), b"x").unwrap();
+        chmod(m.path(name), mode).unwrap();
+    }
+    fs::create_dir(m.path("d000")).unwrap();
+    chmod(m.path("d000"), 0o000).unwrap();
+
+    // As root: read/write always, execute only with an x bit (files), search on dirs always.
+    let p = |s: &str| m.path(s);
+    assert!(access_ok(&p("r644"), libc::F_OK));
+    assert!(access_ok(&p("r644"), libc::R_OK | libc::W_OK));
+    assert_errno(access(p("r644"), libc::X_OK), libc::EACCES, "root X_OK on 0644");
+    assert!(access_ok(&p("x755"), libc::R_OK | libc::W_OK | libc::X_OK));
+    assert!(access_ok(&p("none"), libc::R_OK | libc::W_OK));
+    assert_errno(access(p("none"), libc::X_OK), libc::EACCES, "root X_OK on 0000");
+    assert!(access_ok(&p("x100"), libc::X_OK), "root X_OK on 0100");
+    assert!(access_ok(&p("d000"), libc::R_OK | libc::W_OK | libc::X_OK));
+    assert_errno(access(p("missing"), libc::F_OK), libc::ENOENT, "access missing");
+
+    // As nobody (dash's `test` uses access/faccessat).
+    let script = ["r644", "x755", "none", "x100"]
+        .iter()
+        .map(|f| {
+            let q = shq(m.path(f));
+            format!(
+                "printf '%s:' {f}; test -r {q} && printf r; test -w {q} && printf w; \
+                 test -x {q} && printf x; echo"
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let out = sh_as(NOBODY, NOGROUP, 0o022, &script);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "r644:r\nx755:rx\nnone:\nx100:\n",
+        "access(2) as nobody (stderr: {})",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    m.finish();
+}

@@ -1,0 +1,168 @@
+//! Extended attributes (`user.*`) through a mirrorfs mount, on files and directories: the
+//! values must be the same on every leg, and errors must be the kernel's.
+
+#[macro_use]
+mod common;
+
+use common::*;
+use std::fs;
+
+legs_test!(
+    user_xattrs_on_files,
+    user_xattrs_on_dirs,
+    xattrs_follow_renames_and_links
+);
+
+fn user_names(p: &std::path::Path) -> Vec<String> {
+    list_xattr(p)
+        .unwrap_or_else(|e| panic!("listxattr {}: {e}", p.display()))
+        .into_iter()
+        .filter(|n| n.starts_with("user."))
+        .collect()
+}
+
+#[track_caller]
+fn assert_xattr_on_legs(m: &Mounted, rel: &str, name: &str, want: Option<&[u8]>) {
+    for p in m.leg_paths(rel) {
+        match (get_xattr(&p, name), want) {
+            (Ok(v), Some(w)) => assert_bytes_eq(&v, w, &format!("{name} on {}", p.display())),
+            (Err(e), None) if e.raw_os_error() == Some(libc::ENODATA) => {}
+            (got, want) => panic!(
+                "{name} on {}: got {got:?}, want {:?}",
+                p.display(),
+                want.map(String::from_utf8_lossy)
+            ),
+        }
+    }
+}
+
+fn xattr_roundtrip(m: &Mounted, rel: &str) {
+    let p = m.path(rel);
+    let binary: Vec<u8> = (0..300u32).map(|i| (i % 7) as u8).collect(); // contains NULs
+    let big = pattern(4000, 77);
+
+    assert!(user_names(&p).is_empty(), "fresh {rel} has user xattrs");
+    set_xattr(&p, "user.a", b"1", 0).expect("setxattr user.a");
+    set_xattr(&p, "user.binary", &binary, 0).expect("setxattr user.binary");
+    set_xattr(&p, "user.big", &big, 0).expect("setxattr user.big (4000 bytes)");
+    set_xattr(&p, "user.empty", b"", 0).expect("setxattr user.empty");
+
+    assert_eq!(get_xattr(&p, "user.a").unwrap(), b"1");
+    assert_bytes_eq(&get_xattr(&p, "user.binary").unwrap(), &binary, "user.binary");
+    assert_bytes_eq(&get_xattr(&p, "user.big").unwrap(), &big, "user.big");
+    assert_eq!(get_xattr(&p, "user.empty").unwrap(), b"");
+    assert_eq!(
+        user_names(&p),
+        vec!["user.a", "user.big", "user.binary", "user.empty"],
+        "listxattr of {rel}"
+    );
+    assert_xattr_on_legs(m, rel, "user.a", Some(b"1"));
+    assert_xattr_on_legs(m, rel, "user.binary", Some(&binary));
+    assert_xattr_on_legs(m, rel, "user.big", Some(&big));
+    assert_xattr_on_legs(m, rel, "user.empty", Some(b""));
+
+    // Size query and a too-small buffer.
+    let c = cstr(&p);
+    let name = std::ffi::CString::new("user.big").unwrap();
+    let size = unsafe { libc::getxattr(c.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0) };
+    assert_eq!(size, 4000, "getxattr size query");
+    let mut small = [0u8; 10];
+    let r = unsafe {
+        libc::getxattr(
+            c.as_ptr(),
+            name.as_ptr(),
+            small.as_mut_ptr() as *mut libc::c_void,
+            small.len(),
+        )
+    };
+    assert_eq!(r, -1, "getxattr into a 10-byte buffer");
+    assert_eq!(errno(), libc::ERANGE, "getxattr into a too-small buffer");
+
+    // Flags and missing names.
+    assert_errno(
+        get_xattr(&p, "user.missing"),
+        libc::ENODATA,
+        "getxattr missing",
+    );
+    assert_errno(
+        set_xattr(&p, "user.a", b"2", libc::XATTR_CREATE),
+        libc::EEXIST,
+        "XATTR_CREATE on an existing name",
+    );
+    assert_errno(
+        set_xattr(&p, "user.missing", b"2", libc::XATTR_REPLACE),
+        libc::ENODATA,
+        "XATTR_REPLACE on a missing name",
+    );
+    assert_eq!(get_xattr(&p, "user.a").unwrap(), b"1");
+    set_xattr(&p, "user.a", b"replaced", libc::XATTR_REPLACE).expect("XATTR_REPLACE");
+    assert_eq!(get_xattr(&p, "user.a").unwrap(), b"replaced");
+    assert_xattr_on_legs(m, rel, "user.a", Some(b"replaced"));
+    set_xattr(&p, "user.a", b"x", 0).expect("overwrite");
+    assert_xattr_on_legs(m, rel, "user.a", Some(b"x"));
+
+    // Remove.
+    remove_xattr(&p, "user.binary").expect("removexattr user.binary");
+    assert_errno(
+        get_xattr(&p, "user.binary"),
+        libc::ENODATA,
+        "getxattr after removexattr",
+    );
+    assert_xattr_on_legs(m, rel, "user.binary", None);
+    assert_errno(
+        remove_xattr(&p, "user.binary"),
+        libc::ENODATA,
+        "removexattr missing",
+    );
+    assert_eq!(
+        user_names(&p),
+        vec!["user.a", "user.big", "user.empty"],
+        "listxattr of {rel} after removexattr"
+    );
+    // Names in no namespace are refused.
+    assert_errno(
+        set_xattr(&p, "nonamespace", b"x", 0),
+        libc::EOPNOTSUPP,
+        "setxattr without a namespace",
+    );
+}
+
+fn user_xattrs_on_files(n: usize) {
+    require_fuse!();
+    let m = TestMirror::new(n).mount();
+    fs::write(m.path("f"), b"data").unwrap();
+    xattr_roundtrip(&m, "f");
+    // Content is untouched by xattr operations.
+    assert_content_on_legs(m.legs(), "f", b"data");
+    m.finish();
+}
+
+fn user_xattrs_on_dirs(n: usize) {
+    require_fuse!();
+    let m = TestMirror::new(n).mount();
+    fs::create_dir_all(m.path("d/e")).unwrap();
+    xattr_roundtrip(&m, "d");
+    xattr_roundtrip(&m, "d/e");
+    m.finish();
+}
+
+fn xattrs_follow_renames_and_links(n: usize) {
+    require_fuse!();
+    let m = TestMirror::new(n).mount();
+    fs::write(m.path("f"), b"x").unwrap();
+    set_xattr(m.path("f"), "user.tag", b"v1", 0).unwrap();
+    fs::rename(m.path("f"), m.path("g")).unwrap();
+    assert_eq!(get_xattr(m.path("g"), "user.tag").unwrap(), b"v1");
+    assert_xattr_on_legs(&m, "g", "user.tag", Some(b"v1"));
+    // Hard links share the inode, so they share xattrs.
+    fs::hard_link(m.path("g"), m.path("h")).unwrap();
+    set_xattr(m.path("h"), "user.tag", b"v2", 0).unwrap();
+    assert_eq!(get_xattr(m.path("g"), "user.tag").unwrap(), b"v2");
+    assert_xattr_on_legs(&m, "g", "user.tag", Some(b"v2"));
+    // A renamed directory keeps its xattrs.
+    fs::create_dir(m.path("d")).unwrap();
+    set_xattr(m.path("d"), "user.dir", b"yes", 0).unwrap();
+    fs::rename(m.path("d"), m.path("e")).unwrap();
+    assert_xattr_on_legs(&m, "e", "user.dir", Some(b"yes"));
+    m.finish();
+}
