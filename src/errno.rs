@@ -41,7 +41,11 @@ impl Errno {
 
     /// The errno of the last failed libc call on this thread.
     pub fn last() -> Errno {
-        Errno(io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO))
+        Errno(
+            io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO),
+        )
     }
 
     /// The raw value.

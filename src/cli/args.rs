@@ -61,7 +61,16 @@ mod tests {
 
     #[test]
     fn options_before_or_after_positionals() {
-        let a = p(&["mirrorfs", "/a:/b", "/m", "-o", "rw,nosuid", "-o", "threads=2"]).unwrap();
+        let a = p(&[
+            "mirrorfs",
+            "/a:/b",
+            "/m",
+            "-o",
+            "rw,nosuid",
+            "-o",
+            "threads=2",
+        ])
+        .unwrap();
         assert_eq!(a.options, vec!["rw,nosuid", "threads=2"]);
         let b = p(&["mirrorfs", "-f", "-o", "ro", "/a:/b", "/m"]).unwrap();
         assert!(b.foreground);

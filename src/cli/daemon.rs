@@ -106,13 +106,15 @@ fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), Stri
     };
     let fuse_config = p.config.fuser_config(&p.fsname);
     let mountpoint = p.checked.mountpoint.clone();
-    let mut session = fuser::Session::new(MirrorFuse::new(fs.clone(), ttl), &mountpoint, &fuse_config)
-        .map_err(|e| {
-            fail(
-                &mut ready,
-                format!("cannot mount on '{}': {e}", mountpoint.display()),
-            )
-        })?;
+    let mut session =
+        fuser::Session::new(MirrorFuse::new(fs.clone(), ttl), &mountpoint, &fuse_config).map_err(
+            |e| {
+                fail(
+                    &mut ready,
+                    format!("cannot mount on '{}': {e}", mountpoint.display()),
+                )
+            },
+        )?;
     if let Err(e) = p.plan.commit() {
         let _ = session.unmount();
         return Err(fail(&mut ready, e));

@@ -110,10 +110,15 @@ mod tests {
         let e = validate(&format!("{}:{}", s(&a), s(&a.join("inner"))), &m).unwrap_err();
         assert!(e.contains("is inside leg"), "{e}");
         let e = validate(&s(&a), &a.join("inner")).unwrap_err();
-        assert!(e.contains("mount point") && e.contains("is inside leg"), "{e}");
+        assert!(
+            e.contains("mount point") && e.contains("is inside leg"),
+            "{e}"
+        );
         std::fs::create_dir(m.join("leg")).unwrap();
         let e = validate(&s(&m.join("leg")), &m).unwrap_err();
         assert!(e.contains("is inside the mount point"), "{e}");
-        assert!(validate(&format!("{}:", s(&a)), &m).unwrap_err().contains("empty leg"));
+        assert!(validate(&format!("{}:", s(&a)), &m)
+            .unwrap_err()
+            .contains("empty leg"));
     }
 }

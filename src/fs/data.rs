@@ -68,11 +68,7 @@ impl MirrorFs {
         Ok(self.insert_handle(inode, opened))
     }
 
-    fn insert_handle(
-        &self,
-        inode: super::InodeRef,
-        opened: Vec<(LegIdx, (OwnedFd, bool))>,
-    ) -> u64 {
+    fn insert_handle(&self, inode: super::InodeRef, opened: Vec<(LegIdx, (OwnedFd, bool))>) -> u64 {
         let n = self.mirror.legs().len();
         let mut fds: Vec<Option<OwnedFd>> = (0..n).map(|_| None).collect();
         let mut direct = vec![false; n];
@@ -80,8 +76,7 @@ impl MirrorFs {
             fds[leg] = Some(fd);
             direct[leg] = d;
         }
-        self.handles
-            .insert_file(OpenFile::new(inode, fds, direct))
+        self.handles.insert_file(OpenFile::new(inode, fds, direct))
     }
 
     /// Creates and opens a regular file on every in-sync leg, as the caller.

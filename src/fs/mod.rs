@@ -177,7 +177,7 @@ impl MirrorFs {
     fn on_metadata_leg<T>(&self, what: &str, mut op: impl FnMut(LegIdx) -> Result<T>) -> Result<T> {
         loop {
             let leg = self.mirror.metadata_leg();
-            match op(leg) {
+            match self.mirror.check_fault(leg, what).and_then(|()| op(leg)) {
                 Err(e) if is_leg_fault(e) => {
                     self.mirror.mark_failed(leg, what, DropReason::LegFault(e));
                     if self.mirror.leg(leg).is_in_sync() {
@@ -271,7 +271,10 @@ fn agree<T: PartialEq + Copy + std::fmt::Debug>(
     };
     for &(leg, v) in &values[1..] {
         if v != first {
-            log::error!("{what}: leg {leg} answered {v:?}, leg {} answered {first:?}", values[0].0);
+            log::error!(
+                "{what}: leg {leg} answered {v:?}, leg {} answered {first:?}",
+                values[0].0
+            );
             mirror.mark_failed(leg, what, DropReason::Disagreed(Errno::EIO));
         }
     }

@@ -30,7 +30,8 @@ impl MirrorFs {
         let results = legs
             .iter()
             .map(|&leg| {
-                let r = p.fd(leg).and_then(|dir| {
+                let r = self.mirror.check_fault(leg, "lookup");
+                let r = r.and_then(|()| p.fd(leg)).and_then(|dir| {
                     let fd = sys::fd::open_path_at(dir, name)?;
                     let st = sys::fd::fstat(fd.as_fd())?;
                     Ok((fd, st))

@@ -7,10 +7,10 @@
 use crate::errno::{Errno, Result};
 use crate::fs::{Caller, MirrorFs, SetAttr, TimeSpec, XattrReply};
 use fuser::{
-    AccessFlags, BsdFileFlags, CopyFileRangeFlags, FileHandle, Filesystem, FopenFlags,
-    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
-    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, BsdFileFlags, CopyFileRangeFlags, FileHandle, Filesystem, FopenFlags, Generation,
+    INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use std::ffi::OsStr;
 use std::path::Path;
@@ -71,9 +71,20 @@ fn time_spec(t: TimeOrNow) -> TimeSpec {
 fn log_err(op: &str, e: Errno) {
     // Expected answers (a missing name, an existing one) are not worth more than debug.
     match e.code() {
-        libc::ENOENT | libc::EEXIST | libc::ENOTEMPTY | libc::ENODATA | libc::EACCES
-        | libc::EPERM | libc::ENAMETOOLONG | libc::ENOTDIR | libc::EISDIR | libc::ERANGE
-        | libc::ENOSPC | libc::EINVAL | libc::EXDEV | libc::ENOTSUP => {
+        libc::ENOENT
+        | libc::EEXIST
+        | libc::ENOTEMPTY
+        | libc::ENODATA
+        | libc::EACCES
+        | libc::EPERM
+        | libc::ENAMETOOLONG
+        | libc::ENOTDIR
+        | libc::EISDIR
+        | libc::ERANGE
+        | libc::ENOSPC
+        | libc::EINVAL
+        | libc::EXDEV
+        | libc::ENOTSUP => {
             log::debug!("{op}: {e}")
         }
         _ => log::warn!("{op}: {e}"),
@@ -168,7 +179,8 @@ impl Filesystem for MirrorFuse {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        reply_or_err!(reply, "readlink", self.fs.readlink(ino.0), |t| reply.data(&t))
+        reply_or_err!(reply, "readlink", self.fs.readlink(ino.0), |t| reply
+            .data(&t))
     }
 
     fn mknod(

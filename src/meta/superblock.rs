@@ -119,7 +119,9 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         std::fs::create_dir(d.path().join(META_DIR)).unwrap();
         std::fs::write(LegSuperblock::path(d.path()), "{").unwrap();
-        assert!(LegSuperblock::read(d.path()).unwrap_err().contains("damaged"));
+        assert!(LegSuperblock::read(d.path())
+            .unwrap_err()
+            .contains("damaged"));
         let mut sb = LegSuperblock::new("abc", 0, 1);
         sb.format_version = FORMAT_VERSION + 1;
         sb.write(d.path()).unwrap();

@@ -102,7 +102,11 @@ fn compare_entry(
 ) -> Option<String> {
     let what = |x: String| Some(format!("'{}' {x}", shown(r)));
     if kind(ma) != kind(mb) {
-        return what(format!("is a {} on one leg, a {} on another", kind(ma), kind(mb)));
+        return what(format!(
+            "is a {} on one leg, a {} on another",
+            kind(ma),
+            kind(mb)
+        ));
     }
     if ma.mode() != mb.mode() {
         return what(format!("has mode {:o} and {:o}", ma.mode(), mb.mode()));
@@ -200,11 +204,17 @@ mod tests {
     fn differences_are_named() {
         let (_d, l) = legs(2);
         fs::write(l[0].join("f"), b"one").unwrap();
-        assert!(first_difference(&l, false).unwrap().contains("'/f' exists only on"));
+        assert!(first_difference(&l, false)
+            .unwrap()
+            .contains("'/f' exists only on"));
         fs::write(l[1].join("f"), b"two").unwrap();
-        assert!(first_difference(&l, false).unwrap().contains("different contents"));
+        assert!(first_difference(&l, false)
+            .unwrap()
+            .contains("different contents"));
         fs::write(l[1].join("f"), b"three").unwrap();
-        assert!(first_difference(&l, false).unwrap().contains("sizes 3 and 5"));
+        assert!(first_difference(&l, false)
+            .unwrap()
+            .contains("sizes 3 and 5"));
     }
 
     #[test]

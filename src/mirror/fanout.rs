@@ -91,7 +91,10 @@ impl LegWorkers {
         }
         let mut out = Vec::with_capacity(legs.len());
         for &leg in legs {
-            let i = results.iter().position(|(l, _)| *l == leg).expect("one result per leg");
+            let i = results
+                .iter()
+                .position(|(l, _)| *l == leg)
+                .expect("one result per leg");
             let (_, r) = results.swap_remove(i);
             match r {
                 Ok(v) => out.push((leg, v)),
@@ -133,8 +136,14 @@ mod tests {
     fn legs_run_in_parallel() {
         let w = LegWorkers::new(3, 1);
         let t = Instant::now();
-        w.run(&[0, 1, 2], |_| std::thread::sleep(Duration::from_millis(100)));
-        assert!(t.elapsed() < Duration::from_millis(250), "{:?}", t.elapsed());
+        w.run(&[0, 1, 2], |_| {
+            std::thread::sleep(Duration::from_millis(100))
+        });
+        assert!(
+            t.elapsed() < Duration::from_millis(250),
+            "{:?}",
+            t.elapsed()
+        );
     }
 
     #[test]

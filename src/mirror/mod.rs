@@ -2,6 +2,7 @@
 //! dropping a leg that fails, and choosing the leg a read goes to.
 
 pub mod fanout;
+pub mod fault;
 pub mod outcome;
 
 use crate::errno::{Errno, Result};
@@ -9,6 +10,7 @@ use crate::leg::{Leg, LegIdx};
 use crate::meta::superblock::LegSuperblock;
 use crate::policy::{LegView, ReadPolicy, ReadRequest};
 use fanout::LegWorkers;
+use fault::{FaultRule, Faults};
 use outcome::{reconcile, DropReason};
 use parking_lot::{Mutex, RwLock};
 
@@ -19,6 +21,8 @@ pub struct Mirror {
     policy: RwLock<Box<dyn ReadPolicy>>,
     /// The superblocks as last written, by leg (None for a leg we cannot write).
     superblocks: Mutex<Vec<Option<LegSuperblock>>>,
+    /// Injected faults (tests).
+    faults: Faults,
 }
 
 impl Mirror {
@@ -34,6 +38,7 @@ impl Mirror {
             workers,
             policy: RwLock::new(policy),
             superblocks: Mutex::new(superblocks),
+            faults: Faults::default(),
         }
     }
 
@@ -43,6 +48,21 @@ impl Mirror {
 
     pub fn leg(&self, idx: LegIdx) -> &Leg {
         &self.legs[idx]
+    }
+
+    /// Makes a leg fail chosen operations (tests; see [`fault`]).
+    pub fn inject_fault(&self, rule: FaultRule) {
+        self.faults.add(rule);
+    }
+
+    /// Removes every injected fault.
+    pub fn clear_faults(&self) {
+        self.faults.clear();
+    }
+
+    /// `Err` if an injected fault says `leg` must fail `what` now.
+    pub fn check_fault(&self, leg: LegIdx, what: &str) -> Result<()> {
+        self.faults.check(leg, what)
     }
 
     /// The legs that take part in operations now, in leg order.
@@ -71,7 +91,10 @@ impl Mirror {
         T: Send + 'static,
         F: Fn(LegIdx) -> Result<T> + Sync,
     {
-        let out = reconcile(self.workers.run(legs, op));
+        let out = reconcile(self.workers.run(legs, |leg| {
+            self.faults.check(leg, what)?;
+            op(leg)
+        }));
         for (leg, why) in out.drop {
             self.mark_failed(leg, what, why);
         }
@@ -161,7 +184,7 @@ impl Mirror {
             let Some(leg) = self.pick_read_leg(&left, req) else {
                 return Err(Errno::EIO);
             };
-            match op(leg) {
+            match self.faults.check(leg, what).and_then(|()| op(leg)) {
                 Err(e) if outcome::is_leg_fault(e) => {
                     self.legs[leg]
                         .counters

@@ -153,10 +153,21 @@ mod tests {
 
     #[test]
     fn classification() {
-        for e in [Errno::EIO, Errno::EROFS, Errno::ENODEV, Errno::ENXIO, Errno::ESTALE] {
+        for e in [
+            Errno::EIO,
+            Errno::EROFS,
+            Errno::ENODEV,
+            Errno::ENXIO,
+            Errno::ESTALE,
+        ] {
             assert!(is_leg_fault(e));
         }
-        for e in [Errno::ENOENT, Errno::EEXIST, Errno::ENOTEMPTY, Errno::EACCES] {
+        for e in [
+            Errno::ENOENT,
+            Errno::EEXIST,
+            Errno::ENOTEMPTY,
+            Errno::EACCES,
+        ] {
             assert!(!is_leg_fault(e));
         }
     }

@@ -56,7 +56,11 @@ fn read_groups(pid: u32) -> Vec<u32> {
     status
         .lines()
         .find_map(|l| l.strip_prefix("Groups:"))
-        .map(|g| g.split_whitespace().filter_map(|x| x.parse().ok()).collect())
+        .map(|g| {
+            g.split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect()
+        })
         .unwrap_or_default()
 }
 

@@ -72,8 +72,9 @@ pub fn reopen(fd: BorrowedFd<'_>, flags: i32) -> Result<OwnedFd> {
 
 /// `fstat` of any descriptor, `O_PATH` ones included, without following a symlink.
 pub fn fstat(fd: BorrowedFd<'_>) -> Result<Stat> {
-    // SAFETY: st is plain data and fully written on success.
+    // SAFETY: stat is plain old data; all-zero is a valid value.
     let mut st: Stat = unsafe { std::mem::zeroed() };
+    // SAFETY: st is a valid, writable stat; the path is a valid C string.
     check(unsafe {
         libc::fstatat(
             fd.as_raw_fd(),
@@ -331,8 +332,9 @@ pub fn copy_file_range_full(
 
 /// `fstatvfs` of the filesystem holding `fd`.
 pub fn statvfs(fd: BorrowedFd<'_>) -> Result<libc::statvfs> {
-    // SAFETY: st is plain data, fully written on success.
+    // SAFETY: statvfs is plain old data; all-zero is a valid value.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: st is a valid, writable statvfs.
     check(unsafe { libc::fstatvfs(fd.as_raw_fd(), &mut st) })?;
     Ok(st)
 }
@@ -341,8 +343,7 @@ pub fn statvfs(fd: BorrowedFd<'_>) -> Result<libc::statvfs> {
 pub fn access(fd: BorrowedFd<'_>, mask: i32) -> Result<()> {
     let p = proc_path(fd);
     // SAFETY: valid C string.
-    check(unsafe { libc::faccessat(libc::AT_FDCWD, p.as_ptr(), mask, libc::AT_EACCESS) })
-        .map(drop)
+    check(unsafe { libc::faccessat(libc::AT_FDCWD, p.as_ptr(), mask, libc::AT_EACCESS) }).map(drop)
 }
 
 /// A readable descriptor of a directory held as `O_PATH`.

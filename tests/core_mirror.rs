@@ -1,0 +1,259 @@
+//! The filesystem core driven directly, without a kernel mount or root: every change reaches
+//! every leg, and a leg that fails halfway through a change is dropped, recorded, and never
+//! trusted again, while the caller's operation succeeds on the others.
+
+use mirrorfs::errno::Errno;
+use mirrorfs::fs::inode::ROOT_INO;
+use mirrorfs::fs::{Caller, FsConfig, MirrorFs, SetAttr, TimeSpec};
+use mirrorfs::leg::Leg;
+use mirrorfs::meta::array::ArrayPlan;
+use mirrorfs::meta::superblock::LegSuperblock;
+use mirrorfs::mirror::fault::FaultRule;
+use std::ffi::OsStr;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+struct Legs {
+    _dir: tempfile::TempDir,
+    paths: Vec<PathBuf>,
+    shown: Vec<String>,
+}
+
+fn legs(n: usize) -> Legs {
+    let dir = tempfile::tempdir().unwrap();
+    let paths: Vec<PathBuf> = (0..n).map(|i| dir.path().join(format!("leg{i}"))).collect();
+    for p in &paths {
+        std::fs::create_dir(p).unwrap();
+    }
+    let shown = paths.iter().map(|p| p.display().to_string()).collect();
+    Legs {
+        _dir: dir,
+        paths,
+        shown,
+    }
+}
+
+fn open_fs(l: &Legs) -> MirrorFs {
+    let plan = ArrayPlan::prepare(&l.shown, &l.paths, false).unwrap();
+    plan.commit().unwrap();
+    let legs = l
+        .paths
+        .iter()
+        .enumerate()
+        .map(|(i, p)| Leg::open(i, p).unwrap())
+        .collect();
+    let sbs = plan.superblocks.into_iter().map(Some).collect();
+    MirrorFs::new(
+        legs,
+        sbs,
+        mirrorfs::policy::by_name("first").unwrap(),
+        FsConfig {
+            hide_lost_found: false,
+            threads_per_leg: 2,
+        },
+    )
+    .unwrap()
+}
+
+/// This test process as the caller (`/proc/self` belongs to our uid and gid).
+fn me() -> Caller {
+    let m = std::fs::metadata("/proc/self").unwrap();
+    Caller::with_groups(m.uid(), m.gid(), std::process::id())
+}
+
+fn read_all(p: &Path) -> Vec<u8> {
+    std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+#[test]
+fn every_change_reaches_every_leg() {
+    let l = legs(3);
+    let fs = open_fs(&l);
+    let c = me();
+    let d = fs.mkdir(ROOT_INO, OsStr::new("dir"), 0o755, &c).unwrap();
+    let (f, fh) = fs
+        .create(d.attr.ino.0, OsStr::new("f"), 0o644, libc::O_RDWR, &c)
+        .unwrap();
+    assert_eq!(fs.write(fh, 0, b"hello mirror").unwrap(), 12);
+    assert_eq!(fs.read(fh, 6, 100, 1).unwrap().as_slice(), b"mirror");
+    fs.release(fh).unwrap();
+    fs.link(f.attr.ino.0, ROOT_INO, OsStr::new("hard")).unwrap();
+    fs.symlink(ROOT_INO, OsStr::new("sym"), OsStr::new("dir/f"), &c)
+        .unwrap();
+    fs.rename(ROOT_INO, OsStr::new("dir"), ROOT_INO, OsStr::new("dir2"), 0)
+        .unwrap();
+    let t = TimeSpec::At {
+        sec: 1_234_567,
+        nsec: 89,
+    };
+    fs.setattr(
+        f.attr.ino.0,
+        &SetAttr {
+            mode: Some(0o600),
+            mtime: Some(t),
+            ..SetAttr::default()
+        },
+    )
+    .unwrap();
+    for p in &l.paths {
+        assert_eq!(read_all(&p.join("dir2/f")), b"hello mirror");
+        let m = std::fs::metadata(p.join("hard")).unwrap();
+        assert_eq!(m.nlink(), 2);
+        assert_eq!(m.mode() & 0o7777, 0o600);
+        assert_eq!((m.mtime(), m.mtime_nsec()), (1_234_567, 89));
+        assert_eq!(
+            std::fs::read_link(p.join("sym")).unwrap(),
+            Path::new("dir/f")
+        );
+    }
+    // One inode for both names, under our own number.
+    let h = fs.lookup(ROOT_INO, OsStr::new("hard")).unwrap();
+    assert_eq!(h.attr.ino, f.attr.ino);
+    assert_eq!(h.attr.nlink, 2);
+}
+
+#[test]
+fn caller_errors_change_nothing_and_drop_no_leg() {
+    let l = legs(2);
+    let fs = open_fs(&l);
+    let c = me();
+    fs.mkdir(ROOT_INO, OsStr::new("d"), 0o755, &c).unwrap();
+    assert_eq!(
+        fs.mkdir(ROOT_INO, OsStr::new("d"), 0o755, &c).unwrap_err(),
+        Errno::EEXIST
+    );
+    assert_eq!(
+        fs.unlink(ROOT_INO, OsStr::new("missing")).unwrap_err(),
+        Errno::ENOENT
+    );
+    let long = "x".repeat(256);
+    assert_eq!(
+        fs.mkdir(ROOT_INO, OsStr::new(&long), 0o755, &c)
+            .unwrap_err(),
+        Errno::ENAMETOOLONG
+    );
+    assert_eq!(fs.mirror().in_sync_legs(), vec![0, 1]);
+    // The metadata folder is neither visible nor creatable.
+    assert_eq!(
+        fs.lookup(ROOT_INO, OsStr::new(".mirrorfs")).unwrap_err(),
+        Errno::ENOENT
+    );
+    assert_eq!(
+        fs.mkdir(ROOT_INO, OsStr::new(".mirrorfs"), 0o755, &c)
+            .unwrap_err(),
+        Errno::EPERM
+    );
+    let fh = fs.opendir(ROOT_INO).unwrap();
+    let mut names = Vec::new();
+    fs.readdir(fh, 0, |_, _, _, n| {
+        names.push(n.to_os_string());
+        false
+    })
+    .unwrap();
+    assert_eq!(names, vec![".", "..", "d"]);
+}
+
+#[test]
+fn a_leg_failing_a_write_halfway_is_dropped_and_recorded() {
+    let l = legs(2);
+    let fs = open_fs(&l);
+    let c = me();
+    let (_, fh) = fs
+        .create(ROOT_INO, OsStr::new("f"), 0o644, libc::O_RDWR, &c)
+        .unwrap();
+    fs.write(fh, 0, b"before").unwrap();
+    fs.mirror().inject_fault(FaultRule {
+        leg: 1,
+        op: "write".into(),
+        errno: Errno::EIO,
+        times: Some(1),
+    });
+    // The caller sees success: leg 0 has the data.
+    assert_eq!(fs.write(fh, 0, b"AFTER!").unwrap(), 6);
+    assert_eq!(fs.mirror().in_sync_legs(), vec![0]);
+    // Later changes go to the survivor only; the dropped leg is left as it was.
+    fs.write(fh, 6, b"+more").unwrap();
+    fs.release(fh).unwrap();
+    assert_eq!(read_all(&l.paths[0].join("f")), b"AFTER!+more");
+    assert_eq!(read_all(&l.paths[1].join("f")), b"before");
+    // The survivor's superblock names the dropped leg, so the next mount refuses to trust it.
+    let sb0 = LegSuperblock::read(&l.paths[0]).unwrap().unwrap();
+    let sb1 = LegSuperblock::read(&l.paths[1]).unwrap().unwrap();
+    assert_eq!(sb0.failed_legs, vec![sb1.leg_id]);
+    let e = ArrayPlan::prepare(&l.shown, &l.paths, false).unwrap_err();
+    assert!(e.contains("was dropped"), "{e}");
+}
+
+#[test]
+fn a_namespace_change_failing_on_one_leg_succeeds_on_the_others() {
+    let l = legs(3);
+    let fs = open_fs(&l);
+    let c = me();
+    fs.mirror().inject_fault(FaultRule {
+        leg: 2,
+        op: "mkdir".into(),
+        errno: Errno::EROFS,
+        times: None,
+    });
+    fs.mkdir(ROOT_INO, OsStr::new("d"), 0o755, &c).unwrap();
+    assert_eq!(fs.mirror().in_sync_legs(), vec![0, 1]);
+    assert!(l.paths[0].join("d").is_dir());
+    assert!(l.paths[1].join("d").is_dir());
+    assert!(!l.paths[2].join("d").exists());
+}
+
+#[test]
+fn a_read_error_is_answered_from_another_leg() {
+    let l = legs(2);
+    let fs = open_fs(&l);
+    let c = me();
+    let (_, fh) = fs
+        .create(ROOT_INO, OsStr::new("f"), 0o644, libc::O_RDWR, &c)
+        .unwrap();
+    fs.write(fh, 0, b"good data").unwrap();
+    fs.mirror().inject_fault(FaultRule {
+        leg: 0,
+        op: "read".into(),
+        errno: Errno::EIO,
+        times: None,
+    });
+    assert_eq!(fs.read(fh, 0, 64, 1).unwrap().as_slice(), b"good data");
+    assert_eq!(fs.mirror().in_sync_legs(), vec![1]);
+    fs.release(fh).unwrap();
+}
+
+#[test]
+fn the_last_leg_is_never_dropped() {
+    let l = legs(2);
+    let fs = open_fs(&l);
+    let c = me();
+    let (_, fh) = fs
+        .create(ROOT_INO, OsStr::new("f"), 0o644, libc::O_RDWR, &c)
+        .unwrap();
+    for leg in 0..2 {
+        fs.mirror().inject_fault(FaultRule {
+            leg,
+            op: "write".into(),
+            errno: Errno::EIO,
+            times: None,
+        });
+    }
+    // Every leg fails alike: the caller gets the error, and the mirror keeps its legs.
+    assert_eq!(fs.write(fh, 0, b"x").unwrap_err(), Errno::EIO);
+    assert_eq!(fs.mirror().in_sync_legs(), vec![0, 1]);
+    fs.release(fh).unwrap();
+}
+
+#[test]
+fn inodes_are_released_when_the_kernel_forgets_them() {
+    let l = legs(2);
+    let fs = open_fs(&l);
+    let c = me();
+    let e = fs.mkdir(ROOT_INO, OsStr::new("d"), 0o755, &c).unwrap();
+    let again = fs.lookup(ROOT_INO, OsStr::new("d")).unwrap();
+    assert_eq!(again.attr.ino, e.attr.ino);
+    assert_eq!(fs.live_inodes(), 2);
+    fs.forget(e.attr.ino.0, 2);
+    assert_eq!(fs.live_inodes(), 1);
+    assert_eq!(fs.open_handles(), 0);
+}
