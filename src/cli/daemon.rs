@@ -48,6 +48,7 @@ pub fn start(args: &Args) -> Result<(), Vec<String>> {
         0 => {
             drop(reader);
             sys::setsid();
+            super::logging::to_syslog(args.debug);
             let code = match serve(p, Some(writer)) {
                 Ok(()) => 0,
                 Err(e) => {

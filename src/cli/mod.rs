@@ -2,6 +2,7 @@
 
 mod args;
 mod daemon;
+mod logging;
 mod validate;
 
 pub use args::Args;
@@ -12,10 +13,9 @@ pub fn run(argv: Vec<std::ffi::OsString>) -> i32 {
         Ok(a) => a,
         Err(code) => return code,
     };
-    let level = if args.debug { "debug" } else { "warn" };
-    let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level))
-        .format_target(false)
-        .try_init();
+    if args.foreground {
+        logging::to_stderr(args.debug);
+    }
     match daemon::start(&args) {
         Ok(()) => 0,
         Err(lines) => {

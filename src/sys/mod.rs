@@ -12,6 +12,7 @@ pub mod aligned;
 pub mod creds;
 pub mod dir;
 pub mod fd;
+pub mod syslog;
 pub mod xattr;
 
 use crate::errno::{Errno, Result};
