@@ -185,33 +185,12 @@ impl MirrorFs {
             .collect()
     }
 
-    /// Gives every leg's copy the metadata leg's mtime, so that the copies stay identical to
-    /// tools that compare times (tar -d, rsync). Done when a written file is flushed.
+    /// After data changed through `h`, gives every leg's copy the metadata leg's mtime.
     fn align_mtimes(&self, h: &OpenFile) -> Result<()> {
         if !h.wrote.swap(false, Ordering::AcqRel) {
             return Ok(());
         }
-        let legs = self.writable_legs(h);
-        let Some((&first, rest)) = legs.split_first() else {
-            return Ok(());
-        };
-        let st = sys::fd::fstat(h.fd(first)?)?;
-        let mtime = libc::timespec {
-            tv_sec: st.st_mtime,
-            tv_nsec: st.st_mtime_nsec,
-        };
-        let omit = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: libc::UTIME_OMIT,
-        };
-        if rest.is_empty() {
-            return Ok(());
-        }
-        self.mirror
-            .fan_out(rest, "set mtime", |leg| {
-                sys::fd::set_times(h.fd(leg)?, omit, mtime)
-            })
-            .map(drop)
+        self.align_mtime(&self.writable_legs(h), "set mtime", |leg| h.fd(leg))
     }
 
     pub fn flush(&self, fh: u64) -> Result<()> {

@@ -74,8 +74,43 @@ struct Entry {
 
 struct Inner {
     live: HashMap<u64, Entry>,
+    /// Identity on a leg -> inode number. Kept after the inode is forgotten, so that the same
+    /// object gets the same number back.
     identity: HashMap<Identity, u64>,
+    /// Inode number -> the identities that map to it (the reverse of `identity`), so that a
+    /// number handed to a new object first drops every identity of the dead one it replaces.
+    ids_of: HashMap<u64, Vec<Identity>>,
     next_ino: u64,
+}
+
+impl Inner {
+    /// Makes `ino` the number of exactly the identities `ids`: stale identities of an earlier
+    /// object with that number are dropped, and `ids` leave the numbers they had before.
+    fn bind(&mut self, ino: u64, ids: &[Identity]) {
+        if let Some(old) = self.ids_of.remove(&ino) {
+            for id in old {
+                if self.identity.get(&id) == Some(&ino) {
+                    self.identity.remove(&id);
+                }
+            }
+        }
+        for id in ids {
+            if let Some(prev) = self.identity.insert(*id, ino) {
+                if prev != ino {
+                    if let Some(v) = self.ids_of.get_mut(&prev) {
+                        v.retain(|x| x != id);
+                    }
+                }
+            }
+        }
+        self.ids_of.insert(ino, ids.to_vec());
+    }
+
+    fn fresh_number(&mut self) -> u64 {
+        let n = self.next_ino;
+        self.next_ino += 1;
+        n
+    }
 }
 
 /// All inodes the kernel currently knows.
@@ -86,12 +121,14 @@ pub struct InodeTable {
 impl InodeTable {
     /// A table holding the root, whose descriptors are the legs' roots.
     pub fn new(root_fds: Vec<Option<OwnedFd>>, root_ids: &[Identity]) -> InodeTable {
-        let mut identity = HashMap::new();
-        for id in root_ids {
-            identity.insert(*id, ROOT_INO);
-        }
-        let mut live = HashMap::new();
-        live.insert(
+        let mut inner = Inner {
+            live: HashMap::new(),
+            identity: HashMap::new(),
+            ids_of: HashMap::new(),
+            next_ino: ROOT_INO + 1,
+        };
+        inner.bind(ROOT_INO, root_ids);
+        inner.live.insert(
             ROOT_INO,
             Entry {
                 inode: Arc::new(Inode {
@@ -104,11 +141,7 @@ impl InodeTable {
             },
         );
         InodeTable {
-            inner: Mutex::new(Inner {
-                live,
-                identity,
-                next_ino: ROOT_INO + 1,
-            }),
+            inner: Mutex::new(inner),
         }
     }
 
@@ -123,34 +156,36 @@ impl InodeTable {
     }
 
     /// The inode for an object found (or made) on the legs, counting one kernel lookup.
-    /// `ids[0]` is the identity on the metadata leg. If the object is already live (another
-    /// name of a hard link, or a racing lookup), that inode is returned and `fds` are dropped.
+    /// `ids` are its identities on the legs it was found on.
+    ///
+    /// If the object is already live (another name of a hard link, or a racing lookup), that
+    /// inode is returned and `fds` are dropped. "The same object" means: the live inode's
+    /// identities include every one of `ids` (a leg may have dropped out since, so a subset is
+    /// enough). A number that only matches through some of them belonged to an object whose
+    /// backing inode numbers a leg has since reused: the new object gets a fresh number.
     pub fn claim(&self, ids: &[Identity], fds: Vec<Option<OwnedFd>>, kind: u32) -> Arc<Inode> {
         let mut inner = self.inner.lock();
         let known = ids.iter().find_map(|id| inner.identity.get(id).copied());
+        let mut reusable = None;
         if let Some(ino) = known {
-            if let Some(e) = inner.live.get_mut(&ino) {
-                if e.inode.kind == kind {
+            let same = inner
+                .ids_of
+                .get(&ino)
+                .is_some_and(|have| ids.iter().all(|id| have.contains(id)));
+            match inner.live.get_mut(&ino) {
+                Some(e) if same && e.inode.kind == kind => {
                     e.lookups += 1;
-                    let inode = e.inode.clone();
-                    for id in ids {
-                        inner.identity.insert(*id, ino);
-                    }
-                    return inode;
+                    return e.inode.clone();
                 }
+                Some(_) => {}
+                None => reusable = Some(ino),
             }
         }
-        let ino = match known {
-            Some(ino) if !inner.live.contains_key(&ino) => ino,
-            _ => {
-                let n = inner.next_ino;
-                inner.next_ino += 1;
-                n
-            }
+        let ino = match reusable {
+            Some(ino) => ino,
+            None => inner.fresh_number(),
         };
-        for id in ids {
-            inner.identity.insert(*id, ino);
-        }
+        inner.bind(ino, ids);
         let inode = Arc::new(Inode {
             ino,
             kind,
@@ -174,9 +209,8 @@ impl InodeTable {
         if let Some(&ino) = inner.identity.get(&id) {
             return ino;
         }
-        let ino = inner.next_ino;
-        inner.next_ino += 1;
-        inner.identity.insert(id, ino);
+        let ino = inner.fresh_number();
+        inner.bind(ino, &[id]);
         ino
     }
 
@@ -231,6 +265,21 @@ mod tests {
         let i = t.claim(&[id(0, 55)], vec![None], libc::S_IFDIR);
         assert_eq!(i.ino, n);
         assert_ne!(t.number_for(id(0, 56)), n);
+    }
+
+    #[test]
+    fn a_reused_backing_number_never_aliases_a_live_inode() {
+        let t = InodeTable::new(vec![None], &[]);
+        // A dies; a leg reuses one of its backing numbers for B (the other leg does not).
+        let a = t.claim(&[id(0, 100), id(1, 200)], vec![None, None], libc::S_IFREG);
+        t.forget(a.ino, 1);
+        let b = t.claim(&[id(0, 300), id(1, 200)], vec![None, None], libc::S_IFREG);
+        // Leg 0 now reuses A's other number for C while B is live: C must not become B.
+        let c = t.claim(&[id(0, 100), id(1, 400)], vec![None, None], libc::S_IFREG);
+        assert_ne!(c.ino, b.ino);
+        // And B's own identities still find B.
+        let b2 = t.claim(&[id(0, 300), id(1, 200)], vec![None, None], libc::S_IFREG);
+        assert_eq!(b2.ino, b.ino);
     }
 
     #[test]

@@ -189,6 +189,35 @@ impl MirrorFs {
         }
     }
 
+    /// Gives the copies on `legs[1..]` the mtime the copy on `legs[0]` has, so the copies stay
+    /// identical to tools that compare times (tar -d, rsync). Each leg stamps its own clock
+    /// when it creates, writes or truncates; this runs after those.
+    fn align_mtime<'f, F>(&self, legs: &[LegIdx], what: &str, fd_of: F) -> Result<()>
+    where
+        F: Fn(LegIdx) -> Result<std::os::fd::BorrowedFd<'f>> + Sync,
+    {
+        let Some((&first, rest)) = legs.split_first() else {
+            return Ok(());
+        };
+        if rest.is_empty() {
+            return Ok(());
+        }
+        let st = sys::fd::fstat(fd_of(first)?)?;
+        let mtime = libc::timespec {
+            tv_sec: st.st_mtime,
+            tv_nsec: st.st_mtime_nsec,
+        };
+        let omit = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_OMIT,
+        };
+        self.mirror
+            .fan_out(rest, what, |leg| {
+                sys::fd::set_times(fd_of(leg)?, omit, mtime)
+            })
+            .map(drop)
+    }
+
     /// The attributes of `inode`, from the metadata leg.
     fn stat_inode(&self, inode: &Inode) -> Result<FileAttr> {
         self.on_metadata_leg("getattr", |leg| {

@@ -105,7 +105,21 @@ impl MirrorFs {
             let st = sys::fd::fstat(fd.as_fd())?;
             Ok((fd, st))
         })?;
-        Ok(self.claim_found(found))
+        let entry = self.claim_found(found);
+        if entry.attr.kind != fuser::FileType::Directory {
+            // A directory's mtime moves with every entry; a new node's must match at birth.
+            // The node exists and the kernel counts this lookup from here on, so a failure
+            // below (a leg dropped by fan_out) must not turn into an error for the caller.
+            let inode = self.inodes.get(entry.attr.ino.0)?;
+            let legs = self.mirror.in_sync_legs();
+            if let Err(e) = self.align_mtime(&legs, "set mtime", |leg| inode.fd(leg)) {
+                log::warn!("{what}: cannot align the new node's mtime: {e}");
+            }
+            if let Ok(attr) = self.stat_inode(&inode) {
+                return Ok(Entry { attr });
+            }
+        }
+        Ok(entry)
     }
 
     pub fn mknod(
@@ -259,6 +273,10 @@ impl MirrorFs {
             }
             Ok(())
         })?;
+        if set.size.is_some() && set.mtime.is_none() {
+            // Each leg stamped its own clock if the size changed.
+            self.align_mtime(&legs, "set mtime", |leg| inode.fd(leg))?;
+        }
         self.stat_inode(&inode)
     }
 }
