@@ -32,7 +32,10 @@ fn everywhere(m: &Mounted, rel: &str) -> Vec<(String, PathBuf)> {
 fn assert_mode_everywhere(m: &Mounted, rel: &str, mode: u32) {
     for (w, p) in everywhere(m, rel) {
         let got = lstat_ok(&p).st_mode & 0o7777;
-        assert_eq!(got, mode, "mode of {rel} on {w}: got {got:04o}, want {mode:04o}");
+        assert_eq!(
+            got, mode,
+            "mode of {rel} on {w}: got {got:04o}, want {mode:04o}"
+        );
     }
 }
 
@@ -40,11 +43,7 @@ fn assert_mode_everywhere(m: &Mounted, rel: &str, mode: u32) {
 fn assert_owner_everywhere(m: &Mounted, rel: &str, uid: u32, gid: u32) {
     for (w, p) in everywhere(m, rel) {
         let st = lstat_ok(&p);
-        assert_eq!(
-            (st.st_uid, st.st_gid),
-            (uid, gid),
-            "owner of {rel} on {w}"
-        );
+        assert_eq!((st.st_uid, st.st_gid), (uid, gid), "owner of {rel} on {w}");
     }
 }
 
@@ -71,7 +70,11 @@ fn chmod_special_bits(n: usize) {
     symlink("f", m.path("l")).unwrap();
     chmod(m.path("l"), 0o600).unwrap();
     assert_mode_everywhere(&m, "f", 0o600);
-    assert_errno(chmod(m.path("missing"), 0o644), libc::ENOENT, "chmod missing");
+    assert_errno(
+        chmod(m.path("missing"), 0o644),
+        libc::ENOENT,
+        "chmod missing",
+    );
     m.finish();
 }
 
@@ -155,8 +158,13 @@ fn utimensat_explicit_now_omit(n: usize) {
 
     // UTIME_OMIT for atime, a new explicit mtime.
     let mt2 = (1_600_000_000, 5);
-    utimensat(m.path("f"), ts(0, libc::UTIME_OMIT), ts(mt2.0, mt2.1), false)
-        .expect("utimensat OMIT/explicit");
+    utimensat(
+        m.path("f"),
+        ts(0, libc::UTIME_OMIT),
+        ts(mt2.0, mt2.1),
+        false,
+    )
+    .expect("utimensat OMIT/explicit");
     for (w, p) in everywhere(&m, "f") {
         assert_eq!(
             timespec_of(&lstat_ok(&p)),
@@ -166,11 +174,20 @@ fn utimensat_explicit_now_omit(n: usize) {
     }
     // UTIME_NOW for mtime, UTIME_OMIT for atime.
     let before = now_secs();
-    utimensat(m.path("f"), ts(0, libc::UTIME_OMIT), ts(0, libc::UTIME_NOW), false)
-        .expect("utimensat OMIT/NOW");
+    utimensat(
+        m.path("f"),
+        ts(0, libc::UTIME_OMIT),
+        ts(0, libc::UTIME_NOW),
+        false,
+    )
+    .expect("utimensat OMIT/NOW");
     let after = now_secs();
     let st_m = lstat_ok(m.path("f"));
-    assert_eq!((st_m.st_atime, st_m.st_atime_nsec), a, "atime kept (UTIME_OMIT)");
+    assert_eq!(
+        (st_m.st_atime, st_m.st_atime_nsec),
+        a,
+        "atime kept (UTIME_OMIT)"
+    );
     assert!(
         st_m.st_mtime >= before - 1 && st_m.st_mtime <= after + 1,
         "UTIME_NOW mtime {} not within [{before}, {after}]",
@@ -186,8 +203,13 @@ fn utimensat_explicit_now_omit(n: usize) {
         assert_eq!((st.st_atime, st.st_atime_nsec), a, "atime on {w}");
     }
     // Both NOW (utimes(path, NULL) is the same).
-    utimensat(m.path("d"), ts(0, libc::UTIME_NOW), ts(0, libc::UTIME_NOW), false)
-        .expect("utimensat NOW/NOW");
+    utimensat(
+        m.path("d"),
+        ts(0, libc::UTIME_NOW),
+        ts(0, libc::UTIME_NOW),
+        false,
+    )
+    .expect("utimensat NOW/NOW");
     let st = lstat_ok(m.path("d"));
     assert!(st.st_atime >= before - 1 && st.st_mtime >= before - 1);
 
@@ -278,7 +300,12 @@ fn access_ok(p: &Path, mode: i32) -> bool {
 fn access_checks(n: usize) {
     require_fuse!();
     let m = TestMirror::new(n).mount();
-    for (name, mode) in [("r644", 0o644), ("x755", 0o755), ("none", 0o000), ("x100", 0o100)] {
+    for (name, mode) in [
+        ("r644", 0o644),
+        ("x755", 0o755),
+        ("none", 0o000),
+        ("x100", 0o100),
+    ] {
         fs::write(m.path(name), b"x").unwrap();
         chmod(m.path(name), mode).unwrap();
     }
@@ -289,13 +316,25 @@ fn access_checks(n: usize) {
     let p = |s: &str| m.path(s);
     assert!(access_ok(&p("r644"), libc::F_OK));
     assert!(access_ok(&p("r644"), libc::R_OK | libc::W_OK));
-    assert_errno(access(p("r644"), libc::X_OK), libc::EACCES, "root X_OK on 0644");
+    assert_errno(
+        access(p("r644"), libc::X_OK),
+        libc::EACCES,
+        "root X_OK on 0644",
+    );
     assert!(access_ok(&p("x755"), libc::R_OK | libc::W_OK | libc::X_OK));
     assert!(access_ok(&p("none"), libc::R_OK | libc::W_OK));
-    assert_errno(access(p("none"), libc::X_OK), libc::EACCES, "root X_OK on 0000");
+    assert_errno(
+        access(p("none"), libc::X_OK),
+        libc::EACCES,
+        "root X_OK on 0000",
+    );
     assert!(access_ok(&p("x100"), libc::X_OK), "root X_OK on 0100");
     assert!(access_ok(&p("d000"), libc::R_OK | libc::W_OK | libc::X_OK));
-    assert_errno(access(p("missing"), libc::F_OK), libc::ENOENT, "access missing");
+    assert_errno(
+        access(p("missing"), libc::F_OK),
+        libc::ENOENT,
+        "access missing",
+    );
 
     // As nobody (dash's `test` uses access/faccessat).
     let script = ["r644", "x755", "none", "x100"]
@@ -316,5 +355,245 @@ fn access_checks(n: usize) {
         "access(2) as nobody (stderr: {})",
         String::from_utf8_lossy(&out.stderr)
     );
+    m.finish();
+}
+
+legs_test!(mtime_identical_on_legs_after_each_change);
+
+/// Every operation that sets a regular file's mtime must leave the same mtime (to the
+/// nanosecond) on every leg. Each kind of change is repeated on many files, so that a mirror
+/// that lets each leg's kernel stamp its own time is caught reliably, not by chance.
+fn mtime_identical_on_legs_after_each_change(n: usize) {
+    require_fuse!();
+    let m = TestMirror::new(n).mount();
+    type Op = fn(&Path);
+    let ops: Vec<(&str, Op)> = vec![
+        ("create", |p| {
+            File::create(p).unwrap();
+        }),
+        ("pwrite", |p| {
+            use std::os::unix::fs::FileExt;
+            File::options()
+                .write(true)
+                .open(p)
+                .unwrap()
+                .write_all_at(b"data", 3)
+                .unwrap();
+        }),
+        ("open O_TRUNC", |p| {
+            File::options().write(true).truncate(true).open(p).unwrap();
+        }),
+        ("truncate", |p| truncate(p, 12345).unwrap()),
+        ("ftruncate", |p| {
+            File::options()
+                .write(true)
+                .open(p)
+                .unwrap()
+                .set_len(77)
+                .unwrap();
+        }),
+        ("append", |p| {
+            use std::io::Write;
+            File::options()
+                .append(true)
+                .open(p)
+                .unwrap()
+                .write_all(b"tail")
+                .unwrap();
+        }),
+        ("fallocate", |p| {
+            let f = File::options().write(true).open(p).unwrap();
+            assert_eq!(unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, 65536) }, 0);
+        }),
+        ("punch hole", |p| {
+            let f = File::options().write(true).open(p).unwrap();
+            let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+            assert_eq!(unsafe { libc::fallocate(f.as_raw_fd(), mode, 0, 4096) }, 0);
+        }),
+        ("copy_file_range", |p| {
+            let src = File::open(p.with_file_name("src")).unwrap();
+            let dst = File::options().write(true).open(p).unwrap();
+            let (mut a, mut b) = (0i64, 0i64);
+            let r = unsafe {
+                libc::copy_file_range(src.as_raw_fd(), &mut a, dst.as_raw_fd(), &mut b, 100, 0)
+            };
+            assert_eq!(r, 100);
+        }),
+        ("mmap write", |p| unsafe {
+            let f = File::options().read(true).write(true).open(p).unwrap();
+            let ptr = libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            );
+            assert_ne!(ptr, libc::MAP_FAILED);
+            *(ptr as *mut u8) = 1;
+            assert_eq!(libc::msync(ptr, 4096, libc::MS_SYNC), 0);
+            libc::munmap(ptr, 4096);
+        }),
+        ("mknod S_IFREG", |p| {
+            let _ = fs::remove_file(p);
+            mknod(p, libc::S_IFREG | 0o644, 0).unwrap();
+        }),
+    ];
+    let mut bad: Vec<String> = Vec::new();
+    for (i, (name, op)) in ops.iter().enumerate() {
+        let dir = m.path(&format!("op{i}"));
+        fs::create_dir(&dir).unwrap();
+        fs::write(dir.join("src"), pattern(8192, 1)).unwrap();
+        let mut diverged = 0;
+        let mut example = String::new();
+        for k in 0..40 {
+            let rel = format!("op{i}/f{k}");
+            let p = m.path(&rel);
+            if *name != "create" && *name != "mknod S_IFREG" {
+                fs::write(&p, pattern(8192, k)).unwrap();
+                // Give every leg the same starting time, so only `op` can make them differ.
+                utimensat(&p, ts(1_000_000_000, 0), ts(1_000_000_000, 0), false).unwrap();
+            }
+            op(&p);
+            let times: Vec<(i64, i64)> = m
+                .leg_paths(&rel)
+                .iter()
+                .map(|lp| {
+                    let st = lstat_ok(lp);
+                    (st.st_mtime, st.st_mtime_nsec)
+                })
+                .collect();
+            if times.iter().any(|t| *t != times[0]) {
+                diverged += 1;
+                example = format!("{rel}: {times:?}");
+            }
+        }
+        if diverged > 0 {
+            bad.push(format!(
+                "{name}: legs got different mtimes on {diverged}/40 files (e.g. {example})"
+            ));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "mtime differs between legs after:\n  {}",
+        bad.join("\n  ")
+    );
+    m.finish();
+}
+
+legs_test!(
+    ctime_advances_on_change,
+    dir_mtime_advances_on_entry_changes
+);
+
+fn ctime_of(p: &Path) -> (i64, i64) {
+    let st = lstat_ok(p);
+    (st.st_ctime, st.st_ctime_nsec)
+}
+
+/// Every change of a file bumps its ctime, and stat shows it at once (no stale cache).
+fn ctime_advances_on_change(n: usize) {
+    require_fuse!();
+    let m = TestMirror::new(n).mount();
+    let f = m.path("f");
+    fs::write(&f, b"x").unwrap();
+    type Op = Box<dyn Fn(&Mounted)>;
+    let ops: Vec<(&str, Op)> = vec![
+        ("chmod", Box::new(|m| chmod(m.path("f"), 0o600).unwrap())),
+        ("chown", Box::new(|m| chown(m.path("f"), 1, 1).unwrap())),
+        (
+            "write",
+            Box::new(|m| fs::write(m.path("f"), b"yy").unwrap()),
+        ),
+        ("truncate", Box::new(|m| truncate(m.path("f"), 1).unwrap())),
+        (
+            "setxattr",
+            Box::new(|m| set_xattr(m.path("f"), "user.c", b"1", 0).unwrap()),
+        ),
+        (
+            "link",
+            Box::new(|m| fs::hard_link(m.path("f"), m.path("g")).unwrap()),
+        ),
+        (
+            "unlink other name",
+            Box::new(|m| fs::remove_file(m.path("g")).unwrap()),
+        ),
+        (
+            "rename",
+            Box::new(|m| {
+                fs::rename(m.path("f"), m.path("f2")).unwrap();
+                fs::rename(m.path("f2"), m.path("f")).unwrap();
+            }),
+        ),
+        (
+            "utimensat",
+            Box::new(|m| utimensat(m.path("f"), ts(5, 0), ts(5, 0), false).unwrap()),
+        ),
+    ];
+    for (name, op) in ops {
+        let before = ctime_of(&f);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        op(&m);
+        let after = ctime_of(&f);
+        assert!(
+            after > before,
+            "ctime did not advance after {name}: {before:?} -> {after:?}"
+        );
+    }
+    m.finish();
+}
+
+/// Creating, renaming and removing entries bumps the directory's mtime, seen at once.
+fn dir_mtime_advances_on_entry_changes(n: usize) {
+    require_fuse!();
+    let m = TestMirror::new(n).mount();
+    fs::create_dir(m.path("d")).unwrap();
+    fs::create_dir(m.path("o")).unwrap();
+    let mt = |p: &Path| {
+        let st = lstat_ok(p);
+        (st.st_mtime, st.st_mtime_nsec)
+    };
+    type Op = Box<dyn Fn(&Mounted)>;
+    let ops: Vec<(&str, Op)> = vec![
+        (
+            "create",
+            Box::new(|m| fs::write(m.path("d/a"), b"").unwrap()),
+        ),
+        (
+            "mkdir",
+            Box::new(|m| fs::create_dir(m.path("d/sub")).unwrap()),
+        ),
+        (
+            "rename within",
+            Box::new(|m| fs::rename(m.path("d/a"), m.path("d/b")).unwrap()),
+        ),
+        (
+            "rename out",
+            Box::new(|m| fs::rename(m.path("d/b"), m.path("o/b")).unwrap()),
+        ),
+        (
+            "symlink",
+            Box::new(|m| symlink("x", m.path("d/l")).unwrap()),
+        ),
+        (
+            "unlink",
+            Box::new(|m| fs::remove_file(m.path("d/l")).unwrap()),
+        ),
+        (
+            "rmdir",
+            Box::new(|m| fs::remove_dir(m.path("d/sub")).unwrap()),
+        ),
+    ];
+    for (name, op) in ops {
+        let before = mt(&m.path("d"));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        op(&m);
+        let after = mt(&m.path("d"));
+        assert!(
+            after > before,
+            "mtime of the directory did not advance after {name}: {before:?} -> {after:?}"
+        );
+    }
     m.finish();
 }

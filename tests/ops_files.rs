@@ -237,7 +237,10 @@ fn open_flags_append_trunc_excl(n: usize) {
             .expect("O_CREAT|O_EXCL on a new name");
         f.write_all(b"abc").unwrap();
     }
-    assert_eq!(fs::metadata(&p).unwrap().mode() & 0o7777, 0o600 & !current_umask());
+    assert_eq!(
+        fs::metadata(&p).unwrap().mode() & 0o7777,
+        0o600 & !current_umask()
+    );
     // ... and fails with EEXIST on an existing one, leaving it alone.
     assert_errno(
         OpenOptions::new().write(true).create_new(true).open(&p),
@@ -309,7 +312,10 @@ fn fsync_and_fdatasync(n: usize) {
     assert_content_on_legs(m.legs(), "synced", &want);
 
     // fsync on a read-only fd and on a directory.
-    File::open(&p).unwrap().sync_all().expect("fsync O_RDONLY fd");
+    File::open(&p)
+        .unwrap()
+        .sync_all()
+        .expect("fsync O_RDONLY fd");
     fs::create_dir(m.path("dir")).unwrap();
     File::open(m.path("dir"))
         .unwrap()
@@ -433,7 +439,11 @@ fn fallocate_and_punch_hole(n: usize) {
 
     // Mode 0 extends the file; the new range reads as zeros.
     fallocate(&f, 0, 0, MIB as i64).expect("fallocate mode 0");
-    assert_eq!(f.metadata().unwrap().len(), MIB as u64, "size after fallocate");
+    assert_eq!(
+        f.metadata().unwrap().len(),
+        MIB as u64,
+        "size after fallocate"
+    );
     assert_bytes_eq(&read_all(&p), &vec![0u8; MIB], "fallocated range");
     assert_content_on_legs(m.legs(), "falloc", &vec![0u8; MIB]);
 
@@ -539,7 +549,10 @@ fn seek_data_and_hole(n: usize) {
     );
     // Plain seeks still work.
     assert_eq!(lseek(&via_mnt, 10, libc::SEEK_SET).unwrap(), 10);
-    assert_eq!(lseek(&via_mnt, -1, libc::SEEK_END).unwrap(), size as i64 - 1);
+    assert_eq!(
+        lseek(&via_mnt, -1, libc::SEEK_END).unwrap(),
+        size as i64 - 1
+    );
     drop(via_mnt);
     drop(on_leg);
 
@@ -587,7 +600,11 @@ fn copy_file_range_between_files(n: usize) {
     assert_eq!(off_out, 100 + 500_000);
     let mut want = vec![0u8; 100];
     want.extend_from_slice(&src_data[4096..4096 + 500_000]);
-    assert_bytes_eq(&read_all(&m.path("dst")), &want, "dst after copy_file_range");
+    assert_bytes_eq(
+        &read_all(&m.path("dst")),
+        &want,
+        "dst after copy_file_range",
+    );
 
     // Whole file, using the file offsets, into a second destination.
     let dst2 = File::create(m.path("dst2")).unwrap();
@@ -611,5 +628,128 @@ fn copy_file_range_between_files(n: usize) {
     assert_bytes_eq(&read_all(&m.path("dst2")), &src_data, "dst2");
     assert_content_on_legs(m.legs(), "dst", &want);
     assert_content_on_legs(m.legs(), "dst2", &src_data);
+    m.finish();
+}
+
+legs_test!(
+    offsets_beyond_4gib,
+    private_mmap_stays_private,
+    fallocate_zero_range,
+    rename_over_open_file_keeps_old_data
+);
+
+/// 64-bit offsets all the way down: a sparse file with data past 4 GiB.
+fn offsets_beyond_4gib(n: usize) {
+    require_fuse!();
+    let m = TestMirror::new(n).mount();
+    let off: u64 = 5 * (1 << 30) + 123;
+    let data = pattern(10_000, 61);
+    {
+        let f = File::create(m.path("huge")).unwrap();
+        f.write_all_at(&data, off).expect("pwrite at 5 GiB");
+    }
+    let f = File::open(m.path("huge")).unwrap();
+    assert_eq!(f.metadata().unwrap().len(), off + data.len() as u64);
+    let mut buf = vec![0u8; data.len()];
+    assert_eq!(read_at_full(&f, &mut buf, off), data.len());
+    assert_bytes_eq(&buf, &data, "data at 5 GiB through the mount");
+    let mut zeros = vec![1u8; 4096];
+    assert_eq!(read_at_full(&f, &mut zeros, 1 << 32), 4096);
+    assert!(zeros.iter().all(|b| *b == 0), "hole at 4 GiB is not zeros");
+    for leg in m.leg_paths("huge") {
+        let lf = File::open(&leg).unwrap();
+        assert_eq!(
+            lf.metadata().unwrap().len(),
+            off + data.len() as u64,
+            "{}",
+            leg.display()
+        );
+        let mut buf = vec![0u8; data.len()];
+        assert_eq!(read_at_full(&lf, &mut buf, off), data.len());
+        assert_bytes_eq(&buf, &data, &format!("data at 5 GiB on {}", leg.display()));
+    }
+    drop(f);
+    // The leg comparison reads whole files; shrink it first.
+    truncate(m.path("huge"), 1 << 20).unwrap();
+    m.finish();
+}
+
+/// Writes to a MAP_PRIVATE mapping never reach the file or the legs.
+fn private_mmap_stays_private(n: usize) {
+    require_fuse!();
+    let m = TestMirror::new(n).mount();
+    let want = pattern(65536, 71);
+    fs::write(m.path("p"), &want).unwrap();
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(m.path("p"))
+        .unwrap();
+    unsafe {
+        let ptr = libc::mmap(
+            std::ptr::null_mut(),
+            65536,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE,
+            f.as_raw_fd(),
+            0,
+        );
+        assert_ne!(ptr, libc::MAP_FAILED, "mmap MAP_PRIVATE");
+        std::ptr::write_bytes(ptr as *mut u8, 0xEE, 65536);
+        libc::msync(ptr, 65536, libc::MS_SYNC);
+        libc::munmap(ptr, 65536);
+    }
+    f.sync_all().unwrap();
+    drop(f);
+    assert_bytes_eq(
+        &read_all(&m.path("p")),
+        &want,
+        "file after MAP_PRIVATE writes",
+    );
+    assert_content_on_legs(m.legs(), "p", &want);
+    m.finish();
+}
+
+/// FALLOC_FL_ZERO_RANGE (used by fsx): zeros a range, on every leg.
+fn fallocate_zero_range(n: usize) {
+    require_fuse!();
+    let m = TestMirror::new(n).mount();
+    let mut want = pattern(300_000, 81);
+    fs::write(m.path("z"), &want).unwrap();
+    let f = OpenOptions::new().write(true).open(m.path("z")).unwrap();
+    fallocate(&f, libc::FALLOC_FL_ZERO_RANGE, 5000, 100_000).expect("FALLOC_FL_ZERO_RANGE");
+    want[5000..105_000].fill(0);
+    fallocate(
+        &f,
+        libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE,
+        290_000,
+        50_000,
+    )
+    .expect("FALLOC_FL_ZERO_RANGE|KEEP_SIZE past EOF");
+    want[290_000..].fill(0);
+    drop(f);
+    assert_eq!(fs::metadata(m.path("z")).unwrap().len(), 300_000);
+    assert_bytes_eq(&read_all(&m.path("z")), &want, "after ZERO_RANGE");
+    assert_content_on_legs(m.legs(), "z", &want);
+    m.finish();
+}
+
+/// An fd open on the old target of a rename keeps reading the old data.
+fn rename_over_open_file_keeps_old_data(n: usize) {
+    require_fuse!();
+    let m = TestMirror::new(n).mount();
+    fs::write(m.path("old"), b"old data").unwrap();
+    fs::write(m.path("new"), b"new data!").unwrap();
+    let mut held = File::open(m.path("old")).unwrap();
+    fs::rename(m.path("new"), m.path("old")).unwrap();
+    let mut s = Vec::new();
+    held.read_to_end(&mut s).unwrap();
+    assert_eq!(
+        s, b"old data",
+        "the held fd must still see the replaced file"
+    );
+    assert_eq!(read_all(&m.path("old")), b"new data!");
+    drop(held);
+    assert_content_on_legs(m.legs(), "old", b"new data!");
     m.finish();
 }

@@ -35,7 +35,11 @@ fn ino(p: &Path) -> u64 {
 
 #[track_caller]
 fn assert_absent_everywhere(m: &Mounted, rel: &str) {
-    assert_errno(lstat(m.path(rel)), libc::ENOENT, &format!("lstat mnt/{rel}"));
+    assert_errno(
+        lstat(m.path(rel)),
+        libc::ENOENT,
+        &format!("lstat mnt/{rel}"),
+    );
     for p in m.leg_paths(rel) {
         assert!(
             fs::symlink_metadata(&p).is_err(),
@@ -61,14 +65,22 @@ fn mkdir_rmdir(n: usize) {
     assert!(fs::metadata(m.path("a/b")).unwrap().is_dir());
 
     assert_errno(fs::create_dir(m.path("a")), libc::EEXIST, "mkdir existing");
-    assert_errno(fs::remove_dir(m.path("a")), libc::ENOTEMPTY, "rmdir non-empty");
+    assert_errno(
+        fs::remove_dir(m.path("a")),
+        libc::ENOTEMPTY,
+        "rmdir non-empty",
+    );
     assert_errno(
         fs::remove_dir(m.path("missing")),
         libc::ENOENT,
         "rmdir missing",
     );
     fs::write(m.path("file"), b"x").unwrap();
-    assert_errno(fs::remove_dir(m.path("file")), libc::ENOTDIR, "rmdir a file");
+    assert_errno(
+        fs::remove_dir(m.path("file")),
+        libc::ENOTDIR,
+        "rmdir a file",
+    );
     assert_errno(
         fs::create_dir(m.path("file/sub")),
         libc::ENOTDIR,
@@ -85,7 +97,11 @@ fn mkdir_rmdir(n: usize) {
     // nlink of a directory: 2 + subdirectories.
     fs::create_dir(m.path("a/b/x")).unwrap();
     fs::create_dir(m.path("a/b/y")).unwrap();
-    assert_eq!(lstat_ok(m.path("a/b")).st_nlink, 4, "nlink of a/b with 2 subdirs");
+    assert_eq!(
+        lstat_ok(m.path("a/b")).st_nlink,
+        4,
+        "nlink of a/b with 2 subdirs"
+    );
     fs::remove_dir(m.path("a/b/x")).unwrap();
     assert_eq!(lstat_ok(m.path("a/b")).st_nlink, 3, "nlink after rmdir");
     for p in m.leg_paths("a/b/y") {
@@ -100,11 +116,7 @@ fn unlink_files(n: usize) {
     fs::write(m.path("f"), b"data").unwrap();
     fs::remove_file(m.path("f")).expect("unlink f");
     assert_absent_everywhere(&m, "f");
-    assert_errno(
-        fs::remove_file(m.path("f")),
-        libc::ENOENT,
-        "unlink missing",
-    );
+    assert_errno(fs::remove_file(m.path("f")), libc::ENOENT, "unlink missing");
     fs::create_dir(m.path("d")).unwrap();
     assert_errno(fs::remove_file(m.path("d")), libc::EISDIR, "unlink a dir");
 
@@ -126,7 +138,11 @@ fn unlink_files(n: usize) {
     r.seek(std::io::SeekFrom::Start(0)).unwrap();
     r.read_to_string(&mut s).expect("read after unlink");
     assert_eq!(s, "still here, more");
-    assert_eq!(f.metadata().unwrap().nlink(), 0, "nlink of an unlinked open file");
+    assert_eq!(
+        f.metadata().unwrap().nlink(),
+        0,
+        "nlink of an unlinked open file"
+    );
     drop(f);
     drop(r);
     // The name can be reused at once.
@@ -157,8 +173,16 @@ fn symlink_readlink(n: usize) {
             "readlink {name}"
         );
         let st = lstat_ok(m.path(name));
-        assert_eq!(st.st_mode & libc::S_IFMT, libc::S_IFLNK, "{name} is a symlink");
-        assert_eq!(st.st_size as usize, target.len(), "st_size of symlink {name}");
+        assert_eq!(
+            st.st_mode & libc::S_IFMT,
+            libc::S_IFLNK,
+            "{name} is a symlink"
+        );
+        assert_eq!(
+            st.st_size as usize,
+            target.len(),
+            "st_size of symlink {name}"
+        );
         for p in m.leg_paths(name) {
             assert_eq!(
                 fs::read_link(&p)
@@ -179,7 +203,11 @@ fn symlink_readlink(n: usize) {
         "stat dangling",
     );
     // EEXIST on an existing name; readlink of a non-symlink is EINVAL.
-    assert_errno(symlink("x", m.path("f")), libc::EEXIST, "symlink over a file");
+    assert_errno(
+        symlink("x", m.path("f")),
+        libc::EEXIST,
+        "symlink over a file",
+    );
     assert_errno(fs::read_link(m.path("f")), libc::EINVAL, "readlink a file");
     // Removing a symlink leaves its target alone.
     fs::remove_file(m.path("rel")).unwrap();
@@ -359,8 +387,16 @@ fn rename_across_directories(n: usize) {
     assert_eq!(dir_names(m.path("d2")), vec!["g", "sub"]);
     assert_content_on_legs(m.legs(), "d2/g", b"file");
     assert_content_on_legs(m.legs(), "d2/sub/z", b"z");
-    assert_eq!(lstat_ok(m.path("d1")).st_nlink, 2, "nlink of d1 after moving sub out");
-    assert_eq!(lstat_ok(m.path("d2")).st_nlink, 3, "nlink of d2 after moving sub in");
+    assert_eq!(
+        lstat_ok(m.path("d1")).st_nlink,
+        2,
+        "nlink of d1 after moving sub out"
+    );
+    assert_eq!(
+        lstat_ok(m.path("d2")).st_nlink,
+        3,
+        "nlink of d2 after moving sub in"
+    );
     // And back up to the root.
     fs::rename(m.path("d2/sub/z"), m.path("z")).unwrap();
     assert_content_on_legs(m.legs(), "z", b"z");
@@ -397,7 +433,11 @@ fn renameat2_exchange(n: usize) {
     renameat2(m.path("a"), m.path("b"), libc::RENAME_EXCHANGE).expect("RENAME_EXCHANGE a b");
     assert_eq!(fs::read(m.path("a")).unwrap(), b"BBBBB");
     assert_eq!(fs::read(m.path("b")).unwrap(), b"AAA");
-    assert_eq!((ino(&m.path("a")), ino(&m.path("b"))), (ib, ia), "inodes swapped");
+    assert_eq!(
+        (ino(&m.path("a")), ino(&m.path("b"))),
+        (ib, ia),
+        "inodes swapped"
+    );
     assert_content_on_legs(m.legs(), "a", b"BBBBB");
     assert_content_on_legs(m.legs(), "b", b"AAA");
 
@@ -447,14 +487,26 @@ fn hard_links(n: usize) {
     // A third name in a subdirectory.
     fs::create_dir(m.path("sub")).unwrap();
     fs::hard_link(m.path("g"), m.path("sub/h")).expect("link g sub/h");
-    assert_eq!(lstat_ok(m.path("f")).st_nlink, 3, "nlink after the second link");
+    assert_eq!(
+        lstat_ok(m.path("f")).st_nlink,
+        3,
+        "nlink after the second link"
+    );
     assert_eq!(ino(&m.path("sub/h")), sf.st_ino);
 
     // Unlink: nlink drops at once on the remaining names.
     fs::remove_file(m.path("f")).unwrap();
-    assert_eq!(lstat_ok(m.path("g")).st_nlink, 2, "nlink of g after unlink f");
+    assert_eq!(
+        lstat_ok(m.path("g")).st_nlink,
+        2,
+        "nlink of g after unlink f"
+    );
     fs::remove_file(m.path("sub/h")).unwrap();
-    assert_eq!(lstat_ok(m.path("g")).st_nlink, 1, "nlink of g after unlink sub/h");
+    assert_eq!(
+        lstat_ok(m.path("g")).st_nlink,
+        1,
+        "nlink of g after unlink sub/h"
+    );
     assert_eq!(fs::read(m.path("g")).unwrap(), b"one+two");
     for (i, leg) in m.legs().iter().enumerate() {
         assert_eq!(lstat_ok(leg.join("g")).st_nlink, 1, "nlink of g on leg{i}");
@@ -504,7 +556,11 @@ fn ino_stable_across_rename(n: usize) {
     fs::rename(m.path("f"), m.path("g")).unwrap();
     assert_eq!(ino(&m.path("g")), i_f, "st_ino of a file after rename");
     fs::rename(m.path("g"), m.path("other/g")).unwrap();
-    assert_eq!(ino(&m.path("other/g")), i_f, "st_ino of a file after a move");
+    assert_eq!(
+        ino(&m.path("other/g")),
+        i_f,
+        "st_ino of a file after a move"
+    );
     fs::rename(m.path("d"), m.path("e")).unwrap();
     assert_eq!(ino(&m.path("e")), i_d, "st_ino of a directory after rename");
     assert_eq!(
@@ -727,5 +783,26 @@ fn mirrorfs_name_reserved(n: usize) {
     fs::write(m.path("d/.mirrorfs"), b"user data").expect("create d/.mirrorfs");
     assert_eq!(dir_names(m.path("d")), vec![".mirrorfs"]);
     assert_content_on_legs(m.legs(), "d/.mirrorfs", b"user data");
+    m.finish();
+}
+
+legs_test!(rename_between_hard_links_is_noop);
+
+/// rename(2) between two names of one inode does nothing (POSIX): both names stay.
+fn rename_between_hard_links_is_noop(n: usize) {
+    require_fuse!();
+    let m = TestMirror::new(n).mount();
+    fs::write(m.path("f"), b"same inode").unwrap();
+    fs::hard_link(m.path("f"), m.path("g")).unwrap();
+    fs::rename(m.path("f"), m.path("g")).expect("rename f g (same inode)");
+    assert_eq!(dir_names(m.mnt()), vec!["f", "g"], "both names must stay");
+    assert_eq!(lstat_ok(m.path("f")).st_nlink, 2);
+    for leg in m.legs() {
+        assert!(
+            leg.join("f").exists() && leg.join("g").exists(),
+            "{}",
+            leg.display()
+        );
+    }
     m.finish();
 }

@@ -31,11 +31,7 @@ fn everywhere(m: &Mounted, rel: &str) -> Vec<(String, PathBuf)> {
 fn assert_node(m: &Mounted, rel: &str, uid: u32, gid: u32, mode: Option<u32>) {
     for (w, p) in everywhere(m, rel) {
         let st = lstat_ok(&p);
-        assert_eq!(
-            (st.st_uid, st.st_gid),
-            (uid, gid),
-            "owner of {rel} on {w}"
-        );
+        assert_eq!((st.st_uid, st.st_gid), (uid, gid), "owner of {rel} on {w}");
         if let Some(mode) = mode {
             assert_eq!(
                 st.st_mode & 0o7777,
@@ -135,8 +131,16 @@ fn setgid_directory_inheritance(n: usize) {
     assert_node(&m, "sg/nf", NOBODY, users, Some(0o644));
     for (w, p) in everywhere(&m, "sg/nd") {
         let st = lstat_ok(&p);
-        assert_eq!((st.st_uid, st.st_gid), (NOBODY, users), "owner of sg/nd on {w}");
-        assert_ne!(st.st_mode & libc::S_ISGID, 0, "sg/nd on {w} lost the setgid bit");
+        assert_eq!(
+            (st.st_uid, st.st_gid),
+            (NOBODY, users),
+            "owner of sg/nd on {w}"
+        );
+        assert_ne!(
+            st.st_mode & libc::S_ISGID,
+            0,
+            "sg/nd on {w} lost the setgid bit"
+        );
     }
     // Outside the setgid dir, root's files get root's group.
     fs::write(m.path("plain"), b"").unwrap();
@@ -148,7 +152,12 @@ fn umask_applies(n: usize) {
     require_fuse!();
     let m = TestMirror::new(n).mount();
     let q = shq(m.mnt());
-    for (umask, tag) in [(0o022, "u022"), (0o077, "u077"), (0o027, "u027"), (0o000, "u000")] {
+    for (umask, tag) in [
+        (0o022, "u022"),
+        (0o077, "u077"),
+        (0o027, "u027"),
+        (0o000, "u000"),
+    ] {
         sh_as_ok(
             0,
             0,
@@ -185,11 +194,19 @@ fn nonroot_cannot_read_root_0600(n: usize) {
     chmod(m.path("private/inner"), 0o644).unwrap();
 
     // Positive control: nobody can read a 0644 file.
-    let out = sh_as_ok(NOBODY, NOGROUP, 0o022, &format!("cat {}", shq(m.path("public"))));
+    let out = sh_as_ok(
+        NOBODY,
+        NOGROUP,
+        0o022,
+        &format!("cat {}", shq(m.path("public"))),
+    );
     assert_eq!(out.stdout, b"hello\n");
 
     for (what, script) in [
-        ("read a 0600 root file", format!("cat {}", shq(m.path("secret")))),
+        (
+            "read a 0600 root file",
+            format!("cat {}", shq(m.path("secret"))),
+        ),
         (
             "append to a 0600 root file",
             format!("echo x >> {}", shq(m.path("secret"))),
@@ -212,7 +229,9 @@ fn nonroot_cannot_read_root_0600(n: usize) {
             String::from_utf8_lossy(&out.stdout)
         );
         assert!(
-            !out.stdout.windows(6).any(|w| w == b"secret" || w == b"inner\n"),
+            !out.stdout
+                .windows(6)
+                .any(|w| w == b"secret" || w == b"inner\n"),
             "nobody read protected data: {what}"
         );
     }
@@ -235,7 +254,12 @@ fn reference_mode(root: &Path, name: &str, f: impl Fn(&Path)) -> u32 {
 fn chown_clears_setuid(n: usize) {
     require_fuse!();
     let m = TestMirror::new(n).mount();
-    for (name, mode) in [("suid", 0o4755), ("sgid", 0o2755), ("both", 0o6755), ("sgid_nox", 0o2745)] {
+    for (name, mode) in [
+        ("suid", 0o4755),
+        ("sgid", 0o2755),
+        ("both", 0o6755),
+        ("sgid_nox", 0o2745),
+    ] {
         let setup = |p: &Path| {
             fs::write(p, b"#!/bin/sh\n").unwrap();
             chmod(p, mode).unwrap();
@@ -247,7 +271,11 @@ fn chown_clears_setuid(n: usize) {
     }
     // Plain ext4 clears setuid on chown by root: check the reference agrees with the brief.
     let st = lstat_ok(m.root().join("reference/suid"));
-    assert_eq!(st.st_mode & 0o7777, 0o755, "reference: chown clears setuid on ext4");
+    assert_eq!(
+        st.st_mode & 0o7777,
+        0o755,
+        "reference: chown clears setuid on ext4"
+    );
     m.finish();
 }
 
@@ -263,5 +291,36 @@ fn nonowner_write_clears_setuid(n: usize) {
     run(&m.path("w"));
     assert_node(&m, "w", 0, 0, Some(want));
     assert_content_on_legs(m.legs(), "w", b"#!/bin/sh\nmore\n");
+    m.finish();
+}
+
+legs_test!(nonmember_chmod_setgid_is_stripped);
+
+/// A user who is not in a file's group cannot set its setgid bit: chmod g+s silently drops
+/// it (as on ext4, which is the reference here).
+fn nonmember_chmod_setgid_is_stripped(n: usize) {
+    require_fuse!();
+    let m = TestMirror::new(n).mount();
+    let users = 100;
+    let setup_dir = |dir: &Path| {
+        fs::create_dir_all(dir).unwrap();
+        chown(dir, 0, users).unwrap();
+        chmod(dir, 0o2777).unwrap();
+    };
+    let ref_dir = m.root().join("reference-sg");
+    setup_dir(&ref_dir);
+    setup_dir(&m.path("sg"));
+    let script = |dir: &Path| {
+        format!(
+            "cd {} && echo x > f && chmod 2755 f && mkdir d && chmod 2750 d",
+            shq(dir)
+        )
+    };
+    sh_as_ok(NOBODY, NOGROUP, 0o022, &script(&ref_dir));
+    sh_as_ok(NOBODY, NOGROUP, 0o022, &script(&m.path("sg")));
+    for rel in ["f", "d"] {
+        let want = lstat_ok(ref_dir.join(rel)).st_mode & 0o7777;
+        assert_node(&m, &format!("sg/{rel}"), NOBODY, users, Some(want));
+    }
     m.finish();
 }

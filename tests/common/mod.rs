@@ -56,7 +56,10 @@ pub fn fuse_available() -> bool {
             test_name()
         );
     }
-    eprintln!("SKIPPED (needs root and /dev/fuse): {} ({why})", test_name());
+    eprintln!(
+        "SKIPPED (needs root and /dev/fuse): {} ({why})",
+        test_name()
+    );
     false
 }
 
@@ -65,6 +68,31 @@ pub fn fuse_available() -> bool {
 macro_rules! require_fuse {
     () => {
         if !$crate::common::fuse_available() {
+            return;
+        }
+    };
+}
+
+/// True when `tool` is on PATH. Otherwise: panics when `CI=true`, else prints a SKIPPED line.
+pub fn tool_available(tool: &str) -> bool {
+    let found = std::env::var_os("PATH")
+        .map(|paths| std::env::split_paths(&paths).any(|d| d.join(tool).is_file()))
+        .unwrap_or(false);
+    if found {
+        return true;
+    }
+    if std::env::var("CI").map(|v| v == "true").unwrap_or(false) {
+        panic!("CI=true but `{tool}` is not installed: {}", test_name());
+    }
+    eprintln!("SKIPPED (needs {tool}): {}", test_name());
+    false
+}
+
+/// Return early from the test when a tool is missing (see [`tool_available`]).
+#[macro_export]
+macro_rules! require_tool {
+    ($tool:expr) => {
+        if !$crate::common::tool_available($tool) {
             return;
         }
     };
@@ -102,10 +130,7 @@ pub fn errno() -> i32 {
 }
 
 /// Turn a libc return value (-1 = error) into an io::Result.
-pub fn cvt<T: PartialOrd + Default + Copy>(ret: T) -> io::Result<T>
-where
-    T: From<i8>,
-{
+pub fn cvt<T: PartialOrd + Copy + From<i8>>(ret: T) -> io::Result<T> {
     if ret < T::from(0) {
         Err(io::Error::last_os_error())
     } else {
@@ -223,7 +248,15 @@ pub fn access<P: AsRef<Path>>(p: P, mode: i32) -> io::Result<()> {
 pub fn renameat2<P: AsRef<Path>, Q: AsRef<Path>>(from: P, to: Q, flags: u32) -> io::Result<()> {
     let a = cstr(&from);
     let b = cstr(&to);
-    cvt(unsafe { libc::renameat2(libc::AT_FDCWD, a.as_ptr(), libc::AT_FDCWD, b.as_ptr(), flags) })?;
+    cvt(unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            flags,
+        )
+    })?;
     Ok(())
 }
 
@@ -282,7 +315,8 @@ pub fn get_xattr<P: AsRef<Path>>(p: P, name: &str) -> io::Result<Vec<u8>> {
     let c = cstr(&p);
     let n = CString::new(name).unwrap();
     loop {
-        let size = cvt(unsafe { libc::lgetxattr(c.as_ptr(), n.as_ptr(), std::ptr::null_mut(), 0) })?;
+        let size =
+            cvt(unsafe { libc::lgetxattr(c.as_ptr(), n.as_ptr(), std::ptr::null_mut(), 0) })?;
         let mut buf = vec![0u8; size as usize + 1];
         match cvt(unsafe {
             libc::lgetxattr(
@@ -522,6 +556,22 @@ pub fn sh_as_ok(uid: u32, gid: u32, umask: u32, script: &str) -> Output {
         String::from_utf8_lossy(&out.stderr)
     );
     out
+}
+
+/// Run `sh -c script` as root in `/` and panic unless it succeeds; returns stdout.
+#[track_caller]
+pub fn sh_ok(script: &str) -> String {
+    let mut cmd = Command::new("/bin/sh");
+    cmd.arg("-c").arg(script).current_dir("/");
+    let out = run_timeout(&mut cmd, Duration::from_secs(300));
+    assert!(
+        out.status.success(),
+        "script failed ({}):\n{script}\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// Single-quote a path for sh.
@@ -929,6 +979,12 @@ impl Mounted {
     /// mounted, clean unmount, legs identical after unmount.
     #[track_caller]
     pub fn finish(mut self) {
+        self.check_and_unmount();
+    }
+
+    /// [`Mounted::finish`] without dropping the dirs: the legs can still be inspected after.
+    #[track_caller]
+    pub fn check_and_unmount(&mut self) {
         assert_no_mirrorfs_leak(self.mnt());
         assert_legs_identical(self.legs());
         self.unmount();
@@ -1073,7 +1129,10 @@ fn file_content_diff(a: &Path, b: &Path) -> Option<String> {
             ));
         }
         if na != nb {
-            return Some(format!("content length differs after offset {}", off + n as u64));
+            return Some(format!(
+                "content length differs after offset {}",
+                off + n as u64
+            ));
         }
         if na == 0 {
             return None;
@@ -1147,11 +1206,7 @@ pub fn legs_differences(legs: &[PathBuf]) -> Vec<String> {
             let y = &w[*p];
             let mut d = Vec::new();
             if x.fmt != y.fmt {
-                d.push(format!(
-                    "type {} vs {}",
-                    kind_name(x.fmt),
-                    kind_name(y.fmt)
-                ));
+                d.push(format!("type {} vs {}", kind_name(x.fmt), kind_name(y.fmt)));
             } else {
                 if x.fmt == libc::S_IFREG || x.fmt == libc::S_IFLNK {
                     if x.size != y.size {
@@ -1179,10 +1234,7 @@ pub fn legs_differences(legs: &[PathBuf]) -> Vec<String> {
                 d.push(format!("mode {:04o} vs {:04o}", x.mode, y.mode));
             }
             if x.uid != y.uid || x.gid != y.gid {
-                d.push(format!(
-                    "owner {}:{} vs {}:{}",
-                    x.uid, x.gid, y.uid, y.gid
-                ));
+                d.push(format!("owner {}:{} vs {}:{}", x.uid, x.gid, y.uid, y.gid));
             }
             if x.xattrs != y.xattrs {
                 d.push(format!(
@@ -1260,7 +1312,12 @@ pub fn assert_no_mirrorfs_leak(mnt: &Path) {
 pub fn dir_names<P: AsRef<Path>>(p: P) -> Vec<String> {
     let mut v: Vec<String> = fs::read_dir(&p)
         .unwrap_or_else(|e| panic!("read_dir {}: {e}", p.as_ref().display()))
-        .map(|e| e.expect("readdir").file_name().to_string_lossy().into_owned())
+        .map(|e| {
+            e.expect("readdir")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
         .collect();
     v.sort();
     v
@@ -1299,7 +1356,11 @@ pub fn snapshot_tree(root: &Path) -> BTreeMap<PathBuf, String> {
         s
     }
     out.insert(PathBuf::from("."), describe(root));
-    if !root.is_dir() || fs::symlink_metadata(root).map(|m| m.file_type().is_symlink()).unwrap_or(false) {
+    if !root.is_dir()
+        || fs::symlink_metadata(root)
+            .map(|m| m.file_type().is_symlink())
+            .unwrap_or(false)
+    {
         return out;
     }
     let mut stack = vec![PathBuf::new()];
@@ -1309,7 +1370,10 @@ pub fn snapshot_tree(root: &Path) -> BTreeMap<PathBuf, String> {
         for e in rd.flatten() {
             let r = rel.join(e.file_name());
             let abs = root.join(&r);
-            if fs::symlink_metadata(&abs).map(|m| m.is_dir()).unwrap_or(false) {
+            if fs::symlink_metadata(&abs)
+                .map(|m| m.is_dir())
+                .unwrap_or(false)
+            {
                 stack.push(r.clone());
             }
             out.insert(r, describe(&abs));
