@@ -13,6 +13,9 @@ use std::ffi::OsStr;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+/// Small, so that the tests run with most leg descriptors closed and reopened by handle.
+const FD_BUDGET: usize = 16;
+
 struct Legs {
     _dir: tempfile::TempDir,
     paths: Vec<PathBuf>,
@@ -50,6 +53,7 @@ fn open_fs(l: &Legs) -> MirrorFs {
         FsConfig {
             hide_lost_found: false,
             threads_per_leg: 2,
+            fd_budget: FD_BUDGET,
         },
     )
     .unwrap()
@@ -256,4 +260,54 @@ fn inodes_are_released_when_the_kernel_forgets_them() {
     fs.forget(e.attr.ino.0, 2);
     assert_eq!(fs.live_inodes(), 1);
     assert_eq!(fs.open_handles(), 0);
+}
+
+#[test]
+fn many_more_objects_than_the_descriptor_budget() {
+    let l = legs(2);
+    let fs = open_fs(&l);
+    let c = me();
+    let d = fs.mkdir(ROOT_INO, OsStr::new("d"), 0o755, &c).unwrap();
+    let dir = d.attr.ino.0;
+    let mut inos = Vec::new();
+    for i in 0..200 {
+        let name = format!("f{i}");
+        let (e, fh) = fs
+            .create(dir, OsStr::new(&name), 0o644, libc::O_RDWR, &c)
+            .unwrap();
+        fs.write(fh, 0, name.as_bytes()).unwrap();
+        fs.release(fh).unwrap();
+        inos.push(e.attr.ino.0);
+    }
+    assert!(
+        fs.cached_fds() <= FD_BUDGET,
+        "{} descriptors cached, budget {FD_BUDGET}",
+        fs.cached_fds()
+    );
+    // Every object is still reachable: its descriptors are reopened by handle.
+    for (i, &ino) in inos.iter().enumerate() {
+        let a = fs.getattr(ino).unwrap();
+        assert_eq!(a.size, format!("f{i}").len() as u64);
+        let fh = fs.open(ino, libc::O_RDWR).unwrap();
+        fs.write(fh, a.size, b"!").unwrap();
+        fs.release(fh).unwrap();
+        fs.rename(
+            dir,
+            OsStr::new(&format!("f{i}")),
+            dir,
+            OsStr::new(&format!("g{i}")),
+            0,
+        )
+        .unwrap();
+    }
+    assert!(fs.cached_fds() <= FD_BUDGET);
+    assert_eq!(fs.mirror().in_sync_legs(), vec![0, 1]);
+    for p in &l.paths {
+        for i in 0..200 {
+            assert_eq!(
+                read_all(&p.join(format!("d/g{i}"))),
+                format!("f{i}!").as_bytes()
+            );
+        }
+    }
 }

@@ -82,7 +82,7 @@ fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), Stri
         e
     };
     sys::clear_umask();
-    sys::raise_nofile_limit();
+    let nofile = sys::raise_nofile_limit();
     // Before any thread starts, so that every thread inherits the mask and only the signal
     // thread below receives them.
     sys::block_termination_signals();
@@ -96,6 +96,8 @@ fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), Stri
     let fs_config = FsConfig {
         hide_lost_found: p.checked.some_leg_is_fs_root,
         threads_per_leg: p.config.threads,
+        // Half the open-file limit for cached leg descriptors, half for open files.
+        fd_budget: (nofile / 2) as usize,
     };
     let superblocks = p.plan.superblocks.iter().cloned().map(Some).collect();
     let fs = MirrorFs::new(legs, superblocks, policy, fs_config)
@@ -137,7 +139,7 @@ fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), Stri
         sys::redirect_stdio_to_null();
     }
     log::info!(
-        "mounted {} legs on '{}'",
+        "mounted {} legs on '{}' (open-file limit {nofile})",
         fs.mirror().legs().len(),
         mountpoint.display()
     );

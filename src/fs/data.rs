@@ -63,6 +63,7 @@ impl MirrorFs {
         let legs = self.mirror.in_sync_legs();
         let opened = self.mirror.fan_out(&legs, "open", |leg| {
             let fd = inode.fd(leg)?;
+            let fd = fd.as_fd();
             open_maybe_direct(flags, |f| sys::fd::reopen(fd, f))
         })?;
         Ok(self.insert_handle(inode, opened))
@@ -98,6 +99,7 @@ impl MirrorFs {
         let legs = self.mirror.in_sync_legs();
         let made = self.mirror.fan_out(&legs, "create", |leg| {
             let dir = p.fd(leg)?;
+            let dir = dir.as_fd();
             let (file, direct) = {
                 let _creds = CallerCredsGuard::assume(caller)?;
                 open_maybe_direct(flags, |f| sys::fd::create_at(dir, &cname, f, mode))?
@@ -126,6 +128,7 @@ impl MirrorFs {
         let req = ReadRequest { pid, offset, size };
         let data = self.mirror.read_from(&h.legs(), &req, "read", |leg| {
             let fd = h.fd(leg)?;
+            let fd = fd.as_fd();
             let data = if h.is_direct(leg) {
                 let mut buf = AlignedBuf::new(size as usize);
                 let n = sys::fd::pread_full(fd, buf.as_mut_slice(), offset)?;
@@ -156,6 +159,7 @@ impl MirrorFs {
             .then(|| AlignedBuf::copy_of(data));
         let written = self.mirror.fan_out(&legs, "write", |leg| {
             let fd = h.fd(leg)?;
+            let fd = fd.as_fd();
             let buf = match (&aligned, h.is_direct(leg)) {
                 (Some(a), true) => a.as_slice(),
                 _ => data,

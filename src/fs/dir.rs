@@ -6,6 +6,7 @@ use super::{attr, Entry, MirrorFs};
 use crate::errno::{Errno, Result};
 use crate::sys;
 use std::ffi::{CString, OsStr};
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 
@@ -43,6 +44,7 @@ impl MirrorFs {
             let inode = &d.inode;
             let list = self.on_metadata_leg("readdir", |leg| {
                 let dir_fd = inode.fd(leg)?;
+                let dir_fd = dir_fd.as_fd();
                 let st = sys::fd::fstat(dir_fd)?;
                 let raw = sys::dir::read_dir(dir_fd)?;
                 let mut out = Vec::with_capacity(raw.len() + 2);
@@ -143,7 +145,7 @@ impl MirrorFs {
         let legs = self.mirror.in_sync_legs();
         self.mirror
             .fan_out(&legs, "fsyncdir", |leg| {
-                let d = sys::fd::open_dir_for_read(inode.fd(leg)?)?;
+                let d = sys::fd::open_dir_for_read(inode.fd(leg)?.as_fd())?;
                 sys::fd::fsync(std::os::fd::AsFd::as_fd(&d), datasync)
             })
             .map(drop)

@@ -22,6 +22,7 @@ pub struct OpenFile {
 
 impl OpenFile {
     pub fn new(inode: Arc<Inode>, fds: Vec<Option<OwnedFd>>, direct: Vec<bool>) -> OpenFile {
+        inode.file_opened();
         OpenFile {
             inode,
             fds,
@@ -47,6 +48,12 @@ impl OpenFile {
         (0..self.fds.len())
             .filter(|&l| self.fds[l].is_some())
             .collect()
+    }
+}
+
+impl Drop for OpenFile {
+    fn drop(&mut self) {
+        self.inode.file_closed();
     }
 }
 

@@ -10,13 +10,23 @@
 //! can only reuse a backing inode number after the object is gone and its descriptors closed,
 //! which happens only once the kernel has forgotten our inode, so a reused identity can never
 //! collide with a live inode.
+//!
+//! Descriptors are a bounded cache, not a pin: the kernel may hold hundreds of thousands of
+//! inodes (a `tar` of a source tree), more than the open-file limit allows descriptors. Each
+//! per-leg object therefore also keeps its kernel *file handle* (`name_to_handle_at`); once more
+//! than `budget` descriptors are open, the oldest are closed, and reopened through the handle
+//! (`open_by_handle_at`) when next needed. Objects on filesystems without handles, on another
+//! filesystem than their leg's root, and objects with open files keep their descriptors.
 
 use crate::errno::{Errno, Result};
 use crate::leg::LegIdx;
+use crate::sys;
+use crate::sys::fd::FileHandle;
 use parking_lot::{Mutex, RwLock};
-use std::collections::HashMap;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::Arc;
+use std::collections::{HashMap, VecDeque};
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 
 /// The root's inode number (FUSE's `FUSE_ROOT_ID`).
 pub const ROOT_INO: u64 = 1;
@@ -26,23 +36,51 @@ pub struct Inode {
     pub ino: u64,
     /// `st_mode & S_IFMT`.
     pub kind: u32,
-    /// Per leg: the `O_PATH` descriptor of this object on that leg (None where it could not be
-    /// opened, e.g. the leg had already failed).
-    fds: Vec<Option<OwnedFd>>,
+    /// Per leg: this object on that leg (None where it could not be opened, e.g. the leg had
+    /// already failed).
+    objects: Vec<Option<LegObject>>,
+    /// Files open on this object: while any is, its descriptors stay open (a deleted file can
+    /// no longer be reopened by handle).
+    open_files: AtomicUsize,
+    cache: Arc<FdCache>,
     /// For directories: taken for writing by every operation that changes the directory's
     /// entries (on all legs), and for reading by lookups in it, so that a lookup never sees one
     /// leg before a change and another after it. Lock order: by ascending inode number.
     pub dir_lock: RwLock<()>,
 }
 
+/// One object on one leg.
+struct LegObject {
+    /// Reopens the object when its descriptor was closed; None: the descriptor is pinned.
+    handle: Option<FileHandle>,
+    /// The `O_PATH` descriptor, while open.
+    fd: Mutex<Option<Arc<OwnedFd>>>,
+}
+
 impl Inode {
-    /// This object's descriptor on `leg`.
-    pub fn fd(&self, leg: LegIdx) -> Result<BorrowedFd<'_>> {
-        self.fds
+    /// This object's `O_PATH` descriptor on `leg`, reopened through its file handle if the
+    /// cache had closed it. ENOENT if the object is gone from the leg.
+    pub fn fd(self: &Arc<Self>, leg: LegIdx) -> Result<Arc<OwnedFd>> {
+        let obj = self
+            .objects
             .get(leg)
-            .and_then(|f| f.as_ref())
-            .map(|f| f.as_fd())
-            .ok_or(Errno::EIO)
+            .and_then(|o| o.as_ref())
+            .ok_or(Errno::EIO)?;
+        let mut slot = obj.fd.lock();
+        if let Some(fd) = slot.as_ref() {
+            return Ok(fd.clone());
+        }
+        let handle = obj.handle.as_ref().ok_or(Errno::EIO)?;
+        let mount = self.cache.mount_fds[leg].as_ref().ok_or(Errno::EIO)?;
+        let fd = match sys::fd::open_by_handle(mount.as_fd(), handle) {
+            Ok(fd) => Arc::new(fd),
+            Err(Errno::ESTALE) => return Err(Errno::ENOENT),
+            Err(e) => return Err(e),
+        };
+        *slot = Some(fd.clone());
+        drop(slot);
+        self.cache.opened(Arc::downgrade(self), leg);
+        Ok(fd)
     }
 
     pub fn is_dir(&self) -> bool {
@@ -55,6 +93,124 @@ impl Inode {
 
     pub fn is_regular(&self) -> bool {
         self.kind == libc::S_IFREG
+    }
+
+    /// A file was opened on this object (its descriptors must stay open until closed).
+    pub fn file_opened(&self) {
+        self.open_files.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub fn file_closed(&self) {
+        self.open_files.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Closes the descriptor on `leg` if it can be reopened later; true if it was closed.
+    fn close_cached(&self, leg: LegIdx) -> bool {
+        if self.open_files.load(Ordering::Acquire) > 0 {
+            return false;
+        }
+        match self.objects.get(leg).and_then(|o| o.as_ref()) {
+            Some(obj) if obj.handle.is_some() => obj.fd.lock().take().is_some(),
+            _ => false,
+        }
+    }
+}
+
+impl Drop for Inode {
+    fn drop(&mut self) {
+        let open = self
+            .objects
+            .iter()
+            .flatten()
+            .filter(|o| o.handle.is_some() && o.fd.lock().is_some())
+            .count();
+        self.cache.closed(open);
+    }
+}
+
+/// The budget of cached, reopenable descriptors, and what is needed to reopen them.
+pub struct FdCache {
+    /// Per leg: a readable descriptor of the leg root, naming its filesystem for
+    /// `open_by_handle_at`; None where handles cannot be used.
+    mount_fds: Vec<Option<OwnedFd>>,
+    /// Per leg: the device of the leg root (objects on other devices are pinned).
+    root_devs: Vec<u64>,
+    /// Most reopenable descriptors open at once (all legs together).
+    budget: usize,
+    /// Reopenable descriptors open now.
+    open: AtomicUsize,
+    /// Descriptors in the order they were opened: the oldest are closed first.
+    order: Mutex<VecDeque<(Weak<Inode>, LegIdx)>>,
+}
+
+impl FdCache {
+    /// A cache over legs whose roots are `roots` (their `O_PATH` descriptors) on `root_devs`.
+    pub fn new(
+        roots: &[Option<std::os::fd::BorrowedFd<'_>>],
+        root_devs: Vec<u64>,
+        budget: usize,
+    ) -> FdCache {
+        // A leg can reopen by handle when its filesystem makes handles and we may open them
+        // (CAP_DAC_READ_SEARCH): tried once, on the leg root.
+        let mount_fds = roots
+            .iter()
+            .map(|r| {
+                let fd = (*r)?;
+                let mount = sys::fd::open_mount_fd(fd).ok()?;
+                let (h, _) = sys::fd::file_handle(fd).ok()??;
+                sys::fd::open_by_handle(mount.as_fd(), &h).ok()?;
+                Some(mount)
+            })
+            .collect();
+        FdCache {
+            mount_fds,
+            root_devs,
+            budget: budget.max(16),
+            open: AtomicUsize::new(0),
+            order: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    /// How many reopenable descriptors are open.
+    pub fn open_count(&self) -> usize {
+        self.open.load(Ordering::Acquire)
+    }
+
+    /// The handle to keep for an object on `leg` on device `dev`, or None to pin its
+    /// descriptor.
+    fn handle_for(&self, leg: LegIdx, dev: u64, fd: &OwnedFd) -> Option<FileHandle> {
+        if self.mount_fds.get(leg)?.is_none() || self.root_devs.get(leg) != Some(&dev) {
+            return None;
+        }
+        let (h, _mount_id) = sys::fd::file_handle(fd.as_fd()).ok()??;
+        Some(h)
+    }
+
+    /// A reopenable descriptor was opened; closes the oldest ones while over budget.
+    fn opened(&self, inode: Weak<Inode>, leg: LegIdx) {
+        self.open.fetch_add(1, Ordering::AcqRel);
+        let mut order = self.order.lock();
+        order.push_back((inode, leg));
+        while self.open.load(Ordering::Acquire) > self.budget {
+            let Some((w, l)) = order.pop_front() else {
+                break;
+            };
+            if let Some(i) = w.upgrade() {
+                if i.close_cached(l) {
+                    self.open.fetch_sub(1, Ordering::AcqRel);
+                }
+            }
+        }
+        // Entries of inodes that died meanwhile pile up when nothing is evicted: drop them.
+        if order.len() > 4 * self.budget {
+            order.retain(|(w, _)| w.strong_count() > 0);
+        }
+    }
+
+    fn closed(&self, n: usize) {
+        if n > 0 {
+            self.open.fetch_sub(n, Ordering::AcqRel);
+        }
     }
 }
 
@@ -116,11 +272,28 @@ impl Inner {
 /// All inodes the kernel currently knows.
 pub struct InodeTable {
     inner: Mutex<Inner>,
+    cache: Arc<FdCache>,
 }
 
 impl InodeTable {
-    /// A table holding the root, whose descriptors are the legs' roots.
-    pub fn new(root_fds: Vec<Option<OwnedFd>>, root_ids: &[Identity]) -> InodeTable {
+    /// A table holding the root, whose descriptors are the legs' roots (pinned). At most
+    /// `fd_budget` other descriptors stay open at once.
+    pub fn new(
+        root_fds: Vec<Option<OwnedFd>>,
+        root_ids: &[Identity],
+        fd_budget: usize,
+    ) -> InodeTable {
+        let roots: Vec<_> = root_fds
+            .iter()
+            .map(|f| f.as_ref().map(|f| f.as_fd()))
+            .collect();
+        let mut devs = vec![0; root_fds.len()];
+        for id in root_ids {
+            if let Some(d) = devs.get_mut(id.leg) {
+                *d = id.dev;
+            }
+        }
+        let cache = Arc::new(FdCache::new(&roots, devs, fd_budget));
         let mut inner = Inner {
             live: HashMap::new(),
             identity: HashMap::new(),
@@ -134,7 +307,17 @@ impl InodeTable {
                 inode: Arc::new(Inode {
                     ino: ROOT_INO,
                     kind: libc::S_IFDIR,
-                    fds: root_fds,
+                    objects: root_fds
+                        .into_iter()
+                        .map(|f| {
+                            f.map(|fd| LegObject {
+                                handle: None,
+                                fd: Mutex::new(Some(Arc::new(fd))),
+                            })
+                        })
+                        .collect(),
+                    open_files: AtomicUsize::new(0),
+                    cache: cache.clone(),
                     dir_lock: RwLock::new(()),
                 }),
                 lookups: 1,
@@ -142,6 +325,7 @@ impl InodeTable {
         );
         InodeTable {
             inner: Mutex::new(inner),
+            cache,
         }
     }
 
@@ -186,10 +370,30 @@ impl InodeTable {
             None => inner.fresh_number(),
         };
         inner.bind(ino, ids);
+        let mut reopenable = Vec::new();
+        let objects = fds
+            .into_iter()
+            .enumerate()
+            .map(|(leg, f)| {
+                f.map(|fd| {
+                    let dev = ids.iter().find(|i| i.leg == leg).map_or(0, |i| i.dev);
+                    let handle = self.cache.handle_for(leg, dev, &fd);
+                    if handle.is_some() {
+                        reopenable.push(leg);
+                    }
+                    LegObject {
+                        handle,
+                        fd: Mutex::new(Some(Arc::new(fd))),
+                    }
+                })
+            })
+            .collect();
         let inode = Arc::new(Inode {
             ino,
             kind,
-            fds,
+            objects,
+            open_files: AtomicUsize::new(0),
+            cache: self.cache.clone(),
             dir_lock: RwLock::new(()),
         });
         inner.live.insert(
@@ -199,6 +403,10 @@ impl InodeTable {
                 lookups: 1,
             },
         );
+        drop(inner);
+        for leg in reopenable {
+            self.cache.opened(Arc::downgrade(&inode), leg);
+        }
         inode
     }
 
@@ -232,6 +440,11 @@ impl InodeTable {
     pub fn live_count(&self) -> usize {
         self.inner.lock().live.len()
     }
+
+    /// How many reopenable descriptors are open (bounded by the budget).
+    pub fn cached_fds(&self) -> usize {
+        self.cache.open_count()
+    }
 }
 
 #[cfg(test)]
@@ -244,7 +457,7 @@ mod tests {
 
     #[test]
     fn hard_links_share_a_number_and_forget_frees() {
-        let t = InodeTable::new(vec![None], &[id(0, 2)]);
+        let t = InodeTable::new(vec![None], &[id(0, 2)], 64);
         let a = t.claim(&[id(0, 10), id(1, 20)], vec![None, None], libc::S_IFREG);
         let b = t.claim(&[id(0, 10), id(1, 20)], vec![None, None], libc::S_IFREG);
         assert_eq!(a.ino, b.ino);
@@ -260,7 +473,7 @@ mod tests {
 
     #[test]
     fn listing_numbers_match_later_lookups() {
-        let t = InodeTable::new(vec![None], &[]);
+        let t = InodeTable::new(vec![None], &[], 64);
         let n = t.number_for(id(0, 55));
         let i = t.claim(&[id(0, 55)], vec![None], libc::S_IFDIR);
         assert_eq!(i.ino, n);
@@ -269,7 +482,7 @@ mod tests {
 
     #[test]
     fn a_reused_backing_number_never_aliases_a_live_inode() {
-        let t = InodeTable::new(vec![None], &[]);
+        let t = InodeTable::new(vec![None], &[], 64);
         // A dies; a leg reuses one of its backing numbers for B (the other leg does not).
         let a = t.claim(&[id(0, 100), id(1, 200)], vec![None, None], libc::S_IFREG);
         t.forget(a.ino, 1);
@@ -284,7 +497,7 @@ mod tests {
 
     #[test]
     fn root_is_never_forgotten() {
-        let t = InodeTable::new(vec![None], &[]);
+        let t = InodeTable::new(vec![None], &[], 64);
         t.forget(ROOT_INO, 100);
         assert!(t.get(ROOT_INO).is_ok());
         assert_eq!(t.get(999).err(), Some(Errno::ESTALE));

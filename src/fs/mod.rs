@@ -29,6 +29,7 @@ use fuser::FileAttr;
 use handle::HandleTable;
 use inode::{Identity, Inode, InodeTable, ROOT_INO};
 use std::ffi::{CString, OsStr};
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 
@@ -88,6 +89,9 @@ pub struct FsConfig {
     pub hide_lost_found: bool,
     /// Worker threads per leg for parallel fan-out.
     pub threads_per_leg: usize,
+    /// Most cached `O_PATH` descriptors open at once (see [`inode`]); the rest of the
+    /// open-file limit is left for open files.
+    pub fd_budget: usize,
 }
 
 /// The mirrored filesystem.
@@ -121,7 +125,7 @@ impl MirrorFs {
         let mirror = Mirror::new(legs, superblocks, config.threads_per_leg, policy);
         Ok(MirrorFs {
             mirror,
-            inodes: InodeTable::new(root_fds, &root_ids),
+            inodes: InodeTable::new(root_fds, &root_ids, config.fd_budget),
             handles: HandleTable::default(),
             config,
         })
@@ -134,6 +138,11 @@ impl MirrorFs {
     /// How many inodes the kernel holds (root included); 1 after a clean unmount.
     pub fn live_inodes(&self) -> usize {
         self.inodes.live_count()
+    }
+
+    /// How many cached (reopenable) leg descriptors are open.
+    pub fn cached_fds(&self) -> usize {
+        self.inodes.cached_fds()
     }
 
     /// How many files and directories are open.
@@ -192,9 +201,10 @@ impl MirrorFs {
     /// Gives the copies on `legs[1..]` the mtime the copy on `legs[0]` has, so the copies stay
     /// identical to tools that compare times (tar -d, rsync). Each leg stamps its own clock
     /// when it creates, writes or truncates; this runs after those.
-    fn align_mtime<'f, F>(&self, legs: &[LegIdx], what: &str, fd_of: F) -> Result<()>
+    fn align_mtime<D, F>(&self, legs: &[LegIdx], what: &str, fd_of: F) -> Result<()>
     where
-        F: Fn(LegIdx) -> Result<std::os::fd::BorrowedFd<'f>> + Sync,
+        D: std::os::fd::AsFd,
+        F: Fn(LegIdx) -> Result<D> + Sync,
     {
         let Some((&first, rest)) = legs.split_first() else {
             return Ok(());
@@ -202,7 +212,7 @@ impl MirrorFs {
         if rest.is_empty() {
             return Ok(());
         }
-        let st = sys::fd::fstat(fd_of(first)?)?;
+        let st = sys::fd::fstat(fd_of(first)?.as_fd())?;
         let mtime = libc::timespec {
             tv_sec: st.st_mtime,
             tv_nsec: st.st_mtime_nsec,
@@ -213,15 +223,15 @@ impl MirrorFs {
         };
         self.mirror
             .fan_out(rest, what, |leg| {
-                sys::fd::set_times(fd_of(leg)?, omit, mtime)
+                sys::fd::set_times(fd_of(leg)?.as_fd(), omit, mtime)
             })
             .map(drop)
     }
 
     /// The attributes of `inode`, from the metadata leg.
-    fn stat_inode(&self, inode: &Inode) -> Result<FileAttr> {
+    fn stat_inode(&self, inode: &InodeRef) -> Result<FileAttr> {
         self.on_metadata_leg("getattr", |leg| {
-            let st = sys::fd::fstat(inode.fd(leg)?)?;
+            let st = sys::fd::fstat(inode.fd(leg)?.as_fd())?;
             Ok(attr::from_stat(&st, inode.ino))
         })
     }
@@ -282,6 +292,7 @@ impl MirrorFs {
         }
         self.on_metadata_leg("access", |leg| {
             let fd = inode.fd(leg)?;
+            let fd = fd.as_fd();
             let _creds = sys::creds::CallerCredsGuard::assume(caller)?;
             sys::fd::access(fd, mask)
         })

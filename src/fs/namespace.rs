@@ -32,7 +32,7 @@ impl MirrorFs {
             .map(|&leg| {
                 let r = self.mirror.check_fault(leg, "lookup");
                 let r = r.and_then(|()| p.fd(leg)).and_then(|dir| {
-                    let fd = sys::fd::open_path_at(dir, name)?;
+                    let fd = sys::fd::open_path_at(dir.as_fd(), name)?;
                     let st = sys::fd::fstat(fd.as_fd())?;
                     Ok((fd, st))
                 });
@@ -97,6 +97,7 @@ impl MirrorFs {
         let legs = self.mirror.in_sync_legs();
         let found = self.mirror.fan_out(&legs, what, |leg| {
             let dir = p.fd(leg)?;
+            let dir = dir.as_fd();
             {
                 let _creds = CallerCredsGuard::assume(caller)?;
                 make(dir, &cname)?;
@@ -159,7 +160,7 @@ impl MirrorFs {
         if !inode.is_symlink() {
             return Err(Errno::EINVAL);
         }
-        self.on_metadata_leg("readlink", |leg| sys::fd::read_link(inode.fd(leg)?))
+        self.on_metadata_leg("readlink", |leg| sys::fd::read_link(inode.fd(leg)?.as_fd()))
     }
 
     fn remove(&self, parent: u64, name: &OsStr, dir_entry: bool) -> Result<()> {
@@ -170,7 +171,7 @@ impl MirrorFs {
         let what = if dir_entry { "rmdir" } else { "unlink" };
         self.mirror
             .fan_out(&legs, what, |leg| {
-                sys::fd::unlink_at(p.fd(leg)?, &cname, dir_entry)
+                sys::fd::unlink_at(p.fd(leg)?.as_fd(), &cname, dir_entry)
             })
             .map(drop)
     }
@@ -209,7 +210,7 @@ impl MirrorFs {
         let legs = self.mirror.in_sync_legs();
         self.mirror
             .fan_out(&legs, "rename", |leg| {
-                sys::fd::rename_at(p.fd(leg)?, &old, np.fd(leg)?, &new, flags)
+                sys::fd::rename_at(p.fd(leg)?.as_fd(), &old, np.fd(leg)?.as_fd(), &new, flags)
             })
             .map(drop)
     }
@@ -225,7 +226,7 @@ impl MirrorFs {
         let _dir = np.dir_lock.write();
         let legs = self.mirror.in_sync_legs();
         self.mirror.fan_out(&legs, "link", |leg| {
-            sys::fd::link_at(inode.fd(leg)?, np.fd(leg)?, &new)
+            sys::fd::link_at(inode.fd(leg)?.as_fd(), np.fd(leg)?.as_fd(), &new)
         })?;
         self.lookup_locked(&np, &new)
     }
@@ -248,6 +249,7 @@ impl MirrorFs {
         let legs = self.mirror.in_sync_legs();
         self.mirror.fan_out(&legs, "setattr", |leg| {
             let fd = inode.fd(leg)?;
+            let fd = fd.as_fd();
             if let Some(size) = set.size {
                 if !inode.is_regular() {
                     return Err(if inode.is_dir() {

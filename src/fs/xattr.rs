@@ -7,6 +7,7 @@ use super::{MirrorFs, XattrReply};
 use crate::errno::{Errno, Result};
 use crate::sys;
 use std::ffi::{CString, OsStr};
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 
 /// Prefix of mirrorfs's own attribute names.
@@ -44,7 +45,7 @@ impl MirrorFs {
         let legs = self.mirror.in_sync_legs();
         self.mirror
             .fan_out(&legs, "setxattr", |leg| {
-                sys::xattr::set(inode.fd(leg)?, &cname, value, flags)
+                sys::xattr::set(inode.fd(leg)?.as_fd(), &cname, value, flags)
             })
             .map(drop)
     }
@@ -56,7 +57,7 @@ impl MirrorFs {
             return Err(Errno::ENODATA);
         }
         let (v, len) = self.on_metadata_leg("getxattr", |leg| {
-            sys::xattr::get(inode.fd(leg)?, &cname, size as usize)
+            sys::xattr::get(inode.fd(leg)?.as_fd(), &cname, size as usize)
         })?;
         sized(v, len, size)
     }
@@ -67,7 +68,7 @@ impl MirrorFs {
             return sized(Vec::new(), 0, size);
         }
         let (v, len) = self.on_metadata_leg("listxattr", |leg| {
-            sys::xattr::list(inode.fd(leg)?, size as usize)
+            sys::xattr::list(inode.fd(leg)?.as_fd(), size as usize)
         })?;
         sized(v, len, size)
     }
@@ -81,7 +82,7 @@ impl MirrorFs {
         let legs = self.mirror.in_sync_legs();
         self.mirror
             .fan_out(&legs, "removexattr", |leg| {
-                sys::xattr::remove(inode.fd(leg)?, &cname)
+                sys::xattr::remove(inode.fd(leg)?.as_fd(), &cname)
             })
             .map(drop)
     }

@@ -400,3 +400,92 @@ mod tests {
         assert_eq!(fstat(p.as_fd()).unwrap().st_size, 2);
     }
 }
+
+/// A kernel file handle (`name_to_handle_at`): names an object on its filesystem for as long
+/// as it exists, without holding a descriptor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileHandle {
+    /// `struct file_handle` followed by its bytes, stored as u32 words for alignment.
+    words: Vec<u32>,
+}
+
+/// Largest file handle the kernel makes (MAX_HANDLE_SZ).
+const MAX_HANDLE_BYTES: usize = 128;
+
+/// The file handle of the object `fd` holds, or `None` when its filesystem has none
+/// (EOPNOTSUPP) or the object is on another mount than `expect_mount_id`.
+pub fn file_handle(fd: BorrowedFd<'_>) -> Result<Option<(FileHandle, i32)>> {
+    let header = std::mem::size_of::<libc::file_handle>();
+    let mut words = vec![0u32; (header + MAX_HANDLE_BYTES).div_ceil(4)];
+    let fh = words.as_mut_ptr().cast::<libc::file_handle>();
+    let mut mount_id: libc::c_int = 0;
+    // SAFETY: words is large enough for the header plus MAX_HANDLE_BYTES, and u32-aligned as
+    // struct file_handle requires; handle_bytes tells the kernel how much room there is.
+    let r = unsafe {
+        (*fh).handle_bytes = MAX_HANDLE_BYTES as u32;
+        libc::name_to_handle_at(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            fh,
+            &mut mount_id,
+            libc::AT_EMPTY_PATH,
+        )
+    };
+    match check(r) {
+        Ok(_) => {}
+        Err(Errno(libc::EOPNOTSUPP)) => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    // SAFETY: the kernel filled in the header.
+    let used = unsafe { (*fh).handle_bytes } as usize;
+    words.truncate((header + used).div_ceil(4));
+    Ok(Some((FileHandle { words }, mount_id)))
+}
+
+/// A descriptor that names a leg's filesystem for [`open_by_handle`] (the kernel refuses an
+/// `O_PATH` one there).
+pub fn open_mount_fd(dir: BorrowedFd<'_>) -> Result<OwnedFd> {
+    open_dir_for_read(dir)
+}
+
+/// Opens the object a file handle names, as `O_PATH`, on the filesystem of `mount_fd`.
+/// ESTALE means the object no longer exists.
+pub fn open_by_handle(mount_fd: BorrowedFd<'_>, handle: &FileHandle) -> Result<OwnedFd> {
+    let mut words = handle.words.clone();
+    // SAFETY: words holds a complete struct file_handle as name_to_handle_at wrote it.
+    let fd = check(unsafe {
+        libc::open_by_handle_at(
+            mount_fd.as_raw_fd(),
+            words.as_mut_ptr().cast::<libc::file_handle>(),
+            libc::O_PATH | libc::O_CLOEXEC,
+        )
+    })?;
+    Ok(owned(fd))
+}
+
+#[cfg(test)]
+mod handle_tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn handles_reopen_the_same_object_after_rename() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f"), b"x").unwrap();
+        let root = open_root(dir.path()).unwrap();
+        let f = open_path_at(root.as_fd(), c"f").unwrap();
+        let Some((h, _)) = file_handle(f.as_fd()).unwrap() else {
+            return; // this filesystem has no handles: nothing to check
+        };
+        let ino = fstat(f.as_fd()).unwrap().st_ino;
+        std::fs::rename(dir.path().join("f"), dir.path().join("g")).unwrap();
+        let mount_fd = open_mount_fd(root.as_fd()).unwrap();
+        match open_by_handle(mount_fd.as_fd(), &h) {
+            Ok(again) => assert_eq!(fstat(again.as_fd()).unwrap().st_ino, ino),
+            // Without CAP_DAC_READ_SEARCH handles cannot be opened; the table then keeps
+            // descriptors instead.
+            Err(Errno(libc::EPERM)) if crate::sys::geteuid() != 0 => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+}

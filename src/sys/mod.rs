@@ -42,20 +42,35 @@ pub fn clear_umask() {
     unsafe { libc::umask(0) };
 }
 
-/// Raises the soft limit on open files to the hard limit: every inode the kernel holds pins one
-/// `O_PATH` descriptor per leg.
-pub fn raise_nofile_limit() {
+/// Raises the limit on open files as far as the system allows: every inode the kernel holds
+/// pins one `O_PATH` descriptor per leg, and the kernel may hold hundreds of thousands (a `tar`
+/// of a source tree). Root may raise the hard limit up to `fs.nr_open`; others get their hard
+/// limit. Returns the soft limit in force.
+pub fn raise_nofile_limit() -> u64 {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
     // SAFETY: lim is a valid, writable rlimit.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 && lim.rlim_cur < lim.rlim_max
-    {
-        lim.rlim_cur = lim.rlim_max;
-        // SAFETY: lim is a valid rlimit.
-        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return 0;
     }
+    let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .unwrap_or(lim.rlim_max);
+    let wanted = libc::rlimit {
+        rlim_cur: nr_open.max(lim.rlim_max),
+        rlim_max: nr_open.max(lim.rlim_max),
+    };
+    // SAFETY: wanted is a valid rlimit.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &wanted) } == 0 {
+        return wanted.rlim_cur;
+    }
+    lim.rlim_cur = lim.rlim_max;
+    // SAFETY: lim is a valid rlimit.
+    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
+    lim.rlim_cur
 }
 
 /// The current time as a `timespec`, for resolving `UTIME_NOW` once for every leg.
