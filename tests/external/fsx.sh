@@ -1,10 +1,10 @@
 #!/bin/bash
 # tests/external/fsx.sh: data integrity of mirrorfs under fsx (crates.io fsx 0.3.2) with every
 # operation enabled (fsx.toml: read/write, shared mmap read/write, msync invalidate, truncate,
-# fsync, fdatasync, posix_fallocate, punch hole, sendfile, fadvise, copy_file_range), on a 2-leg
-# mount: several seeds one after the other, each on its own file, then two fsx at once on two
-# files. fsx checks every read against its own model of the file. Afterwards the legs must be
-# identical (with the mount up, and again after a remount).
+# fsync, fdatasync, posix_fallocate, punch hole, sendfile, fadvise, copy_file_range), on a mirrorfs
+# mount (2 legs, or EXT_LEGS): several seeds one after the other, each on its own file, then two
+# fsx at once on two files. fsx checks every read against its own model of the file. Afterwards
+# the legs must be identical (with the mount up, and again after a remount).
 # Environment: FSX_OPS (ops per run, default 20000), FSX_SEEDS (default "1 2 3 4"),
 #              FSX_PAR_SEEDS (the parallel pair, default "101 102").
 set -uo pipefail
@@ -46,8 +46,9 @@ fsx_parallel() {
     return $rc
 }
 
-W=$(make_workdir fsx)
-mount_mirror 2 "$W" || exit 1
+make_workdir fsx
+W=$WORKDIR
+mount_mirror "$EXT_LEGS" "$W" || exit 1
 mkdir -p "$MNT/fsx"
 for s in $SEEDS; do
     run_step "fsx seed $s ($OPS ops)" fsx_run "$s" "$MNT/fsx/seed$s"

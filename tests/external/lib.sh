@@ -14,7 +14,9 @@
 #                                  (rsync itemized dry run + a sha256 manifest).
 #   check_mirror                   sync the mount, compare_legs "${LEGS[@]}", and check that the
 #                                  mount shows what leg0 holds; also fails if the daemon is gone.
-#   make_workdir NAME              a fresh work directory under $EXT_WORK; removed on a clean exit.
+#   make_workdir NAME              sets WORKDIR to a fresh work directory under $EXT_WORK, which
+#                                  the exit trap removes if the script succeeds.
+#   quiet LOG CMD...               run CMD with its output in LOG, show its start if it fails.
 #   run_step [--here] NAME CMD...  run CMD in a `set -e` subshell, time it, record ok/FAILED;
 #                                  print_steps prints the table, steps_failed counts the failures.
 #                                  Never call run_step inside `if`/`&&`/`||`: bash would then
@@ -25,7 +27,11 @@
 #   MIRRORFS     the binary (default: target/debug/mirrorfs under the repository root).
 #                MIRRORFS=tmpfs is a self-test of these scripts without mirrorfs: the "mount" is a
 #                tmpfs and every "leg" is a bind mount of it (so legs always compare equal).
-#   MIRRORFS_DEBUG=1  mount with -d (the daemon's log goes to $MIRROR_LOG).
+#   MIRRORFS_DEBUG=1  mount with -d (debug logging).
+#   MIRRORFS_FOREGROUND=1  run the daemon with -f in the background of the script instead of
+#                letting it daemonize, so that its messages (and panics) go to $MIRROR_LOG.
+#   MIRRORFS_NOFILE=N  start the daemon under `prlimit --nofile=N:N` (descriptor pressure).
+#   EXT_LEGS     how many legs the scripts' mirrors have (default 2).
 #   EXT_WORK     where work directories go (default /tmp; keep it short).
 #   EXT_OUT      where logs go (default: target/external under the repository root).
 #   EXT_KEEP=1   keep work directories (legs, mount point) even when the script succeeds.
@@ -37,6 +43,7 @@ if [ "$MIRRORFS" != tmpfs ] && [ "${MIRRORFS#/}" = "$MIRRORFS" ]; then
     MIRRORFS=$PWD/$MIRRORFS # make a relative path absolute now; scripts cd around later
 fi
 EXT_WORK=${EXT_WORK:-/tmp}
+EXT_LEGS=${EXT_LEGS:-2}
 EXT_OUT=${EXT_OUT:-$REPO_ROOT/target/external}
 mkdir -p "$EXT_OUT"
 
@@ -71,11 +78,10 @@ need_binary() {
     [ -x "$MIRRORFS" ] || die "mirrorfs binary '$MIRRORFS' not found: run 'cargo build' or set MIRRORFS"
 }
 
+# (not in $(...): the directory must be registered in this shell, for the exit trap)
 make_workdir() {
-    local d
-    d=$(mktemp -d "$EXT_WORK/mfs-$1.XXXXXX") || die "cannot create a work directory under $EXT_WORK"
-    _EXT_WORKDIRS+=("$d")
-    printf '%s\n' "$d"
+    WORKDIR=$(mktemp -d "$EXT_WORK/mfs-$1.XXXXXX") || die "cannot create a work directory under $EXT_WORK"
+    _EXT_WORKDIRS+=("$WORKDIR")
 }
 
 # ---------------------------------------------------------------- mounting
@@ -115,33 +121,56 @@ _mount_again() {
         return 0
     fi
     legspec=$(IFS=:; printf '%s' "${LEGS[*]}")
+    local run=("$MIRRORFS")
+    if [ -n "${MIRRORFS_NOFILE:-}" ]; then # descriptor pressure: a low RLIMIT_NOFILE for the daemon
+        run=(prlimit --nofile="$MIRRORFS_NOFILE:$MIRRORFS_NOFILE" "$MIRRORFS")
+    fi
     [ "${MIRRORFS_DEBUG:-0}" = 1 ] && args+=(-d)
     args+=("$legspec" "$MNT")
     [ -n "$MIRROR_OPTS" ] && args+=(-o "$MIRROR_OPTS")
-    printf '\n### %s: %s %s\n' "$(date -u +%T)" "$MIRRORFS" "${args[*]}" >>"$MIRROR_LOG"
-    # Background mode: the command returns once the mount answers. The daemon keeps our
-    # stdout/stderr if it does not close them, so its messages land in MIRROR_LOG.
-    if ! "$MIRRORFS" "${args[@]}" >>"$MIRROR_LOG" 2>&1; then
-        tail -n 20 "$MIRROR_LOG" >&2
-        MNT_FAILED=$MNT
-        MNT=
-        die "mounting mirrorfs on $MNT_FAILED failed (log: $MIRROR_LOG)"
-    fi
-    if ! mountpoint -q "$MNT"; then
-        MNT_FAILED=$MNT
-        MNT=
-        die "mirrorfs exited 0 but $MNT_FAILED is not a mount point (log: $MIRROR_LOG)"
-    fi
-    # Find the daemon: a process whose argv[0] is our binary and which has MNT as an argument.
-    MIRROR_PID=
-    for p in /proc/[0-9]*; do
-        [ "$(readlink "$p/exe" 2>/dev/null)" = "$(readlink -f "$MIRRORFS")" ] || continue
-        if tr '\0' '\n' <"$p/cmdline" 2>/dev/null | grep -qxF -- "$MNT"; then
-            MIRROR_PID=${p#/proc/}
-            break
+    printf '\n### %s: %s %s\n' "$(date -u +%T)" "${run[*]}" "${args[*]}" >>"$MIRROR_LOG"
+    if [ "${MIRRORFS_FOREGROUND:-0}" = 1 ]; then
+        # Debug aid: run with -f in the background of this shell, so that everything the daemon
+        # prints (with MIRRORFS_DEBUG=1: debug logs; panics) lands in MIRROR_LOG.
+        "${run[@]}" -f "${args[@]}" >>"$MIRROR_LOG" 2>&1 &
+        MIRROR_PID=$!
+        for ((p = 0; p < 300; p++)); do
+            mountpoint -q "$MNT" && break
+            kill -0 "$MIRROR_PID" 2>/dev/null || break
+            sleep 0.1
+        done
+        if ! mountpoint -q "$MNT"; then
+            tail -n 20 "$MIRROR_LOG" >&2
+            kill "$MIRROR_PID" 2>/dev/null
+            MNT_FAILED=$MNT
+            MNT=
+            die "mirrorfs -f did not mount $MNT_FAILED (log: $MIRROR_LOG)"
         fi
-    done
-    [ -n "$MIRROR_PID" ] || warn "could not find the mirrorfs daemon's pid (checks for its death are off)"
+    else
+        # Background mode (the default): the command returns once the mount answers. Once
+        # daemonized, mirrorfs logs to the system log; what it prints before goes to MIRROR_LOG.
+        if ! "${run[@]}" "${args[@]}" >>"$MIRROR_LOG" 2>&1; then
+            tail -n 20 "$MIRROR_LOG" >&2
+            MNT_FAILED=$MNT
+            MNT=
+            die "mounting mirrorfs on $MNT_FAILED failed (log: $MIRROR_LOG)"
+        fi
+        if ! mountpoint -q "$MNT"; then
+            MNT_FAILED=$MNT
+            MNT=
+            die "mirrorfs exited 0 but $MNT_FAILED is not a mount point (log: $MIRROR_LOG)"
+        fi
+        # Find the daemon: a process running our binary with MNT as an argument.
+        MIRROR_PID=
+        for p in /proc/[0-9]*; do
+            [ "$(readlink "$p/exe" 2>/dev/null)" = "$(readlink -f "$MIRRORFS")" ] || continue
+            if tr '\0' '\n' <"$p/cmdline" 2>/dev/null | grep -qxF -- "$MNT"; then
+                MIRROR_PID=${p#/proc/}
+                break
+            fi
+        done
+        [ -n "$MIRROR_PID" ] || warn "could not find the mirrorfs daemon's pid (checks for its death are off)"
+    fi
     say "mounted mirrorfs at $MNT (legs: ${LEGS[*]}; opts: ${MIRROR_OPTS:-none}; pid ${MIRROR_PID:-?})"
 }
 
@@ -193,6 +222,13 @@ unmount_mirror() {
             warn "the mirrorfs daemon (pid $MIRROR_PID) still runs 60 s after umount; sending SIGTERM"
             kill -TERM "$MIRROR_PID" 2>/dev/null || true
             rc=1
+        elif [ "${MIRRORFS_FOREGROUND:-0}" = 1 ]; then
+            wait "$MIRROR_PID"
+            i=$?
+            [ $i -eq 0 ] || {
+                warn "mirrorfs -f exited with status $i after umount (log: $MIRROR_LOG)"
+                rc=1
+            }
         fi
     fi
     _check_panics || rc=1
@@ -215,11 +251,16 @@ remount_mirror() {
 # file. Leaves out a leg's /.mirrorfs (the superblock) and a root /lost+found.
 tree_manifest() {
     (
+        set -o pipefail
         cd "$1" || exit 1
+        rc=0
         find . -mindepth 1 \( -path ./.mirrorfs -o -path ./lost+found \) -prune -o \
-            \( -type d -printf 'd %#m %U:%G - %p\n' \) -o -printf '%y %#m %U:%G %s %p %l\n' | LC_ALL=C sort
+            \( -type d -printf 'd %#m %U:%G - %p\n' \) -o -printf '%y %#m %U:%G %s %p %l\n' |
+            LC_ALL=C sort || rc=1
         find . \( -path ./.mirrorfs -o -path ./lost+found \) -prune -o -type f -print0 |
-            LC_ALL=C sort -z | xargs -0 -r sha256sum
+            LC_ALL=C sort -z | xargs -0 -r sha256sum || rc=1
+        [ "$rc" -eq 0 ] || echo "tree_manifest: errors while reading $1" >&2
+        exit "$rc"
     )
 }
 
@@ -241,18 +282,24 @@ compare_legs() {
             rc=1
         elif [ -n "$out" ]; then
             warn "legs differ: $a vs $b (rsync -n -i, what would change on $b):"
-            printf '%s\n' "$out" | head -n 40 >&2
+            head -n 40 <<<"$out" >&2
             [ "$(printf '%s\n' "$out" | wc -l)" -gt 40 ] && warn "... $(printf '%s\n' "$out" | wc -l) lines in all"
             rc=1
         fi
         tree_manifest "$b" >"$tmp/b" || rc=1
         if ! out=$(diff "$tmp/a" "$tmp/b"); then
             warn "manifests differ: $a vs $b (< first, > second):"
-            printf '%s\n' "$out" | head -n 40 >&2
+            head -n 40 <<<"$out" >&2
             rc=1
         fi
     done
     [ $rc -eq 0 ] && say "legs identical ($(grep -c '^[^ ]* 0' "$tmp/a") entries): $a $*"
+    if [ $rc -ne 0 ]; then # the legs' superblocks say whether mirrorfs dropped a leg
+        for b in "$a" "$@"; do
+            [ -f "$b/.mirrorfs/superblock.json" ] &&
+                warn "superblock of $b: $(tr -d ' \n' <"$b/.mirrorfs/superblock.json" | cut -c1-300)"
+        done
+    fi
     rm -rf "$tmp"
     return $rc
 }
@@ -279,6 +326,19 @@ check_mirror() {
     fi
     rm -rf "$tmp"
     _check_panics || rc=1
+    return $rc
+}
+
+# quiet LOG CMD...: run CMD with its output in LOG; on failure print the first 20 lines of it.
+quiet() {
+    local log=$1 rc
+    shift
+    rc=0
+    "$@" >"$log" 2>&1 || rc=$? # (steps run under set -e)
+    if [ $rc -ne 0 ]; then
+        warn "$* failed (exit $rc); the first lines of its $(wc -l <"$log") lines of output ($log):"
+        head -n 20 "$log" >&2
+    fi
     return $rc
 }
 
