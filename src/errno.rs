@@ -38,6 +38,7 @@ impl Errno {
     pub const ENOTCONN: Errno = Errno(libc::ENOTCONN);
     pub const EDQUOT: Errno = Errno(libc::EDQUOT);
     pub const EOVERFLOW: Errno = Errno(libc::EOVERFLOW);
+    pub const ENFILE: Errno = Errno(libc::ENFILE);
 
     /// The errno of the last failed libc call on this thread.
     pub fn last() -> Errno {

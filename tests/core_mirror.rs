@@ -16,6 +16,9 @@ use std::path::{Path, PathBuf};
 /// Small, so that the tests run with most leg descriptors closed and reopened by handle.
 const FD_BUDGET: usize = 16;
 
+/// Leg descriptors open files may hold: 3 open files on 2 legs, 2 on 3 legs.
+const OPEN_FD_BUDGET: usize = 6;
+
 struct Legs {
     _dir: tempfile::TempDir,
     paths: Vec<PathBuf>,
@@ -54,6 +57,7 @@ fn open_fs(l: &Legs) -> MirrorFs {
             hide_lost_found: false,
             threads_per_leg: 2,
             fd_budget: FD_BUDGET,
+            open_fd_budget: OPEN_FD_BUDGET,
         },
     )
     .unwrap()
@@ -310,4 +314,41 @@ fn many_more_objects_than_the_descriptor_budget() {
             );
         }
     }
+}
+
+#[test]
+fn an_open_beyond_the_descriptor_budget_touches_no_leg() {
+    let l = legs(2);
+    let fs = open_fs(&l);
+    let c = me();
+    let (e, fh) = fs
+        .create(ROOT_INO, OsStr::new("f"), 0o644, libc::O_RDWR, &c)
+        .unwrap();
+    fs.write(fh, 0, b"keep me").unwrap();
+    fs.release(fh).unwrap();
+    let ino = e.attr.ino.0;
+    let held: Vec<u64> = (0..OPEN_FD_BUDGET / 2)
+        .map(|_| fs.open(ino, libc::O_RDONLY).unwrap())
+        .collect();
+    // No room: refused before any leg opens (and so before any leg truncates).
+    assert_eq!(
+        fs.open(ino, libc::O_RDWR | libc::O_TRUNC).unwrap_err(),
+        Errno::ENFILE
+    );
+    assert_eq!(
+        fs.create(ROOT_INO, OsStr::new("g"), 0o644, libc::O_RDWR, &c)
+            .unwrap_err(),
+        Errno::ENFILE
+    );
+    for p in &l.paths {
+        assert_eq!(read_all(&p.join("f")), b"keep me");
+        assert!(!p.join("g").exists());
+    }
+    assert_eq!(fs.mirror().in_sync_legs(), vec![0, 1]);
+    for fh in held {
+        fs.release(fh).unwrap();
+    }
+    // Room again once files close.
+    let fh = fs.open(ino, libc::O_RDWR).unwrap();
+    fs.release(fh).unwrap();
 }

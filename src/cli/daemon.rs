@@ -73,6 +73,17 @@ pub fn start(args: &Args) -> Result<(), Vec<String>> {
     }
 }
 
+/// Leg descriptors open files may hold: what the open-file limit leaves after the cached
+/// descriptors (half of it) and a reserve for everything transient (lookups in flight, listings,
+/// superblock writes, the FUSE channels).
+fn open_fd_budget(nofile: usize, threads: usize, legs: usize) -> usize {
+    let reserve = 64 + 4 * threads * legs;
+    nofile
+        .saturating_sub(nofile / 2)
+        .saturating_sub(reserve)
+        .max(legs * 4)
+}
+
 /// Mounts and serves until unmounted. `ready` (background mode) learns "OK" or the error.
 fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), String> {
     let fail = |ready: &mut Option<std::io::PipeWriter>, e: String| {
@@ -96,8 +107,8 @@ fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), Stri
     let fs_config = FsConfig {
         hide_lost_found: p.checked.some_leg_is_fs_root,
         threads_per_leg: p.config.threads,
-        // Half the open-file limit for cached leg descriptors, half for open files.
         fd_budget: (nofile / 2) as usize,
+        open_fd_budget: open_fd_budget(nofile as usize, p.config.threads, legs.len()),
     };
     let superblocks = p.plan.superblocks.iter().cloned().map(Some).collect();
     let fs = MirrorFs::new(legs, superblocks, policy, fs_config)

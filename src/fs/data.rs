@@ -1,6 +1,6 @@
 //! Opening files and moving their data.
 
-use super::handle::OpenFile;
+use super::handle::{Admission, OpenFile};
 use super::{agree, Caller, Entry, MirrorFs};
 use crate::errno::{Errno, Result};
 use crate::leg::LegIdx;
@@ -61,15 +61,21 @@ impl MirrorFs {
         }
         let flags = leg_open_flags(flags);
         let legs = self.mirror.in_sync_legs();
+        let admission = self.handles.admit(legs.len())?;
         let opened = self.mirror.fan_out(&legs, "open", |leg| {
             let fd = inode.fd(leg)?;
             let fd = fd.as_fd();
             open_maybe_direct(flags, |f| sys::fd::reopen(fd, f))
         })?;
-        Ok(self.insert_handle(inode, opened))
+        Ok(self.insert_handle(inode, admission, opened))
     }
 
-    fn insert_handle(&self, inode: super::InodeRef, opened: Vec<(LegIdx, (OwnedFd, bool))>) -> u64 {
+    fn insert_handle(
+        &self,
+        inode: super::InodeRef,
+        admission: Admission,
+        opened: Vec<(LegIdx, (OwnedFd, bool))>,
+    ) -> u64 {
         let n = self.mirror.legs().len();
         let mut fds: Vec<Option<OwnedFd>> = (0..n).map(|_| None).collect();
         let mut direct = vec![false; n];
@@ -77,7 +83,8 @@ impl MirrorFs {
             fds[leg] = Some(fd);
             direct[leg] = d;
         }
-        self.handles.insert_file(OpenFile::new(inode, fds, direct))
+        self.handles
+            .insert_file(OpenFile::new(inode, admission, fds, direct))
     }
 
     /// Creates and opens a regular file on every in-sync leg, as the caller.
@@ -97,6 +104,7 @@ impl MirrorFs {
         let _dir = p.dir_lock.write();
         let flags = leg_open_flags(flags);
         let legs = self.mirror.in_sync_legs();
+        let admission = self.handles.admit(legs.len())?;
         let made = self.mirror.fan_out(&legs, "create", |leg| {
             let dir = p.fd(leg)?;
             let dir = dir.as_fd();
@@ -116,7 +124,7 @@ impl MirrorFs {
         }
         let entry = self.claim_found(found);
         let inode = self.inodes.get(entry.attr.ino.0)?;
-        let fh = self.insert_handle(inode, opened);
+        let fh = self.insert_handle(inode, admission, opened);
         self.handles.file(fh)?.wrote.store(true, Ordering::Relaxed);
         Ok((entry, fh))
     }

@@ -7,12 +7,25 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+
+/// Descriptors an open file was admitted for; given back when it closes.
+pub struct Admission {
+    counter: Arc<AtomicUsize>,
+    n: usize,
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        self.counter.fetch_sub(self.n, Ordering::AcqRel);
+    }
+}
 
 /// A regular file opened through the mount: one real descriptor per leg.
 pub struct OpenFile {
     pub inode: Arc<Inode>,
+    _admission: Admission,
     fds: Vec<Option<OwnedFd>>,
     /// Per leg: the descriptor was opened with `O_DIRECT` (buffers must be aligned).
     direct: Vec<bool>,
@@ -21,10 +34,16 @@ pub struct OpenFile {
 }
 
 impl OpenFile {
-    pub fn new(inode: Arc<Inode>, fds: Vec<Option<OwnedFd>>, direct: Vec<bool>) -> OpenFile {
+    pub fn new(
+        inode: Arc<Inode>,
+        admission: Admission,
+        fds: Vec<Option<OwnedFd>>,
+        direct: Vec<bool>,
+    ) -> OpenFile {
         inode.file_opened();
         OpenFile {
             inode,
+            _admission: admission,
             fds,
             direct,
             wrote: AtomicBool::new(false),
@@ -82,18 +101,38 @@ enum Handle {
 pub struct HandleTable {
     map: Mutex<HashMap<u64, Handle>>,
     next: AtomicU64,
-}
-
-impl Default for HandleTable {
-    fn default() -> Self {
-        HandleTable {
-            map: Mutex::new(HashMap::new()),
-            next: AtomicU64::new(1),
-        }
-    }
+    /// Leg descriptors held by open files now.
+    open_fds: Arc<AtomicUsize>,
+    /// Most leg descriptors open files may hold.
+    fd_limit: usize,
 }
 
 impl HandleTable {
+    /// A table whose open files may hold at most `fd_limit` leg descriptors together.
+    pub fn new(fd_limit: usize) -> HandleTable {
+        HandleTable {
+            map: Mutex::new(HashMap::new()),
+            next: AtomicU64::new(1),
+            open_fds: Arc::new(AtomicUsize::new(0)),
+            fd_limit,
+        }
+    }
+
+    /// Admits an open that needs `n` leg descriptors, or refuses it with ENFILE *before* any
+    /// leg is touched. Without this, the daemon's own open-file limit would make one leg's
+    /// open (or its O_TRUNC) succeed and another's fail, and the legs would part.
+    pub fn admit(&self, n: usize) -> Result<Admission> {
+        let before = self.open_fds.fetch_add(n, Ordering::AcqRel);
+        let admission = Admission {
+            counter: self.open_fds.clone(),
+            n,
+        };
+        if before + n > self.fd_limit {
+            return Err(Errno::ENFILE);
+        }
+        Ok(admission)
+    }
+
     fn insert(&self, h: Handle) -> u64 {
         let fh = self.next.fetch_add(1, Ordering::Relaxed);
         self.map.lock().insert(fh, h);

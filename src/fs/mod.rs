@@ -92,6 +92,9 @@ pub struct FsConfig {
     /// Most cached `O_PATH` descriptors open at once (see [`inode`]); the rest of the
     /// open-file limit is left for open files.
     pub fd_budget: usize,
+    /// Most leg descriptors open files may hold together; an open beyond it gets ENFILE
+    /// before any leg is touched.
+    pub open_fd_budget: usize,
 }
 
 /// The mirrored filesystem.
@@ -126,7 +129,7 @@ impl MirrorFs {
         Ok(MirrorFs {
             mirror,
             inodes: InodeTable::new(root_fds, &root_ids, config.fd_budget),
-            handles: HandleTable::default(),
+            handles: HandleTable::new(config.open_fd_budget),
             config,
         })
     }

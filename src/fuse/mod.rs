@@ -134,6 +134,10 @@ impl Filesystem for MirrorFuse {
         Ok(())
     }
 
+    fn destroy(&mut self) {
+        self.fs.mirror().record_dropped_legs();
+    }
+
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         reply_or_err!(reply, "lookup", self.fs.lookup(parent.0, name), |e| reply
             .entry(&self.ttl.entry, &e.attr, Generation(0)))

@@ -128,21 +128,45 @@ impl Mirror {
             self.legs[leg].path.display(),
             survivors.len()
         );
+        self.record_dropped_legs();
+    }
+
+    /// Writes every dropped leg's id into every in-sync leg's superblock. Called when a leg is
+    /// dropped, and again at unmount in case a write failed (the system log says so): a drop
+    /// that no superblock records would let a later mount serve the dropped leg's old data.
+    pub fn record_dropped_legs(&self) {
         let mut sbs = self.superblocks.lock();
-        let Some(failed_id) = sbs[leg].as_ref().map(|s| s.leg_id.clone()) else {
+        let failed: Vec<String> = self
+            .legs
+            .iter()
+            .filter(|l| !l.is_in_sync())
+            .filter_map(|l| sbs[l.idx].as_ref().map(|s| s.leg_id.clone()))
+            .collect();
+        if failed.is_empty() {
             return;
-        };
-        for s in survivors {
-            if let Some(sb) = sbs[s].as_mut() {
-                if !sb.failed_legs.contains(&failed_id) {
-                    sb.failed_legs.push(failed_id.clone());
+        }
+        for s in self.in_sync_legs() {
+            let Some(sb) = sbs[s].as_mut() else {
+                continue;
+            };
+            let before = sb.failed_legs.len();
+            for id in &failed {
+                if !sb.failed_legs.contains(id) {
+                    sb.failed_legs.push(id.clone());
                 }
-                if let Err(e) = sb.write(&self.legs[s].path) {
-                    log::error!(
-                        "cannot record the dropped leg in '{}': {e}",
-                        self.legs[s].path.display()
-                    );
-                }
+            }
+            let on_disk = LegSuperblock::read(&self.legs[s].path)
+                .ok()
+                .flatten()
+                .is_some_and(|d| failed.iter().all(|id| d.failed_legs.contains(id)));
+            if sb.failed_legs.len() == before && on_disk {
+                continue;
+            }
+            if let Err(e) = sb.write(&self.legs[s].path) {
+                log::error!(
+                    "cannot record the dropped leg(s) in '{}': {e}; will retry at unmount",
+                    self.legs[s].path.display()
+                );
             }
         }
     }
