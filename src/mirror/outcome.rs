@@ -25,6 +25,17 @@ pub enum DropReason {
     Disagreed(Errno),
 }
 
+impl DropReason {
+    /// Why a leg that answered `e` while the chosen answer was another is dropped.
+    fn for_error(e: Errno) -> DropReason {
+        if is_leg_fault(e) {
+            DropReason::LegFault(e)
+        } else {
+            DropReason::Disagreed(e)
+        }
+    }
+}
+
 /// The reconciled result of one operation on several legs.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Outcome<T> {
@@ -56,14 +67,7 @@ pub fn reconcile<T>(results: Vec<(LegIdx, Result<T, Errno>)>) -> Outcome<T> {
     if !ok.is_empty() {
         let drop = errs
             .into_iter()
-            .map(|(leg, e)| {
-                let why = if is_leg_fault(e) {
-                    DropReason::LegFault(e)
-                } else {
-                    DropReason::Disagreed(e)
-                };
-                (leg, why)
-            })
+            .map(|(leg, e)| (leg, DropReason::for_error(e)))
             .collect();
         return Outcome {
             answer: Ok(ok),
@@ -88,14 +92,7 @@ pub fn reconcile<T>(results: Vec<(LegIdx, Result<T, Errno>)>) -> Outcome<T> {
             drop: errs
                 .iter()
                 .filter(|&&(_, e)| e != chosen)
-                .map(|&(leg, e)| {
-                    let why = if is_leg_fault(e) {
-                        DropReason::LegFault(e)
-                    } else {
-                        DropReason::Disagreed(e)
-                    };
-                    (leg, why)
-                })
+                .map(|&(leg, e)| (leg, DropReason::for_error(e)))
                 .collect(),
         },
         None => Outcome {

@@ -131,33 +131,34 @@ pub fn redirect_stdio_to_null() {
     }
 }
 
-/// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread (and so in every thread it starts
-/// afterwards), so that one thread can wait for them with [`wait_for_termination_signal`].
-pub fn block_termination_signals() {
-    // SAFETY: set is initialised by sigemptyset before use.
+/// The signals that end the daemon: SIGINT, SIGTERM, SIGHUP.
+fn termination_signals() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data; sigemptyset initialises it before use.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, libc::SIGINT);
         libc::sigaddset(&mut set, libc::SIGTERM);
         libc::sigaddset(&mut set, libc::SIGHUP);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
     }
 }
 
-/// Waits until SIGINT, SIGTERM or SIGHUP arrives; returns its number.
+/// Blocks the termination signals in the calling thread (and so in every thread it starts
+/// afterwards), so that one thread can wait for them with [`wait_for_termination_signal`].
+pub fn block_termination_signals() {
+    let set = termination_signals();
+    // SAFETY: set is a valid, initialised sigset_t.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+}
+
+/// Waits until a termination signal arrives; returns its number.
 pub fn wait_for_termination_signal() -> i32 {
-    // SAFETY: set is initialised by sigemptyset before use; sig is a valid out pointer.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::sigaddset(&mut set, libc::SIGHUP);
-        let mut sig: libc::c_int = 0;
-        libc::sigwait(&set, &mut sig);
-        sig
-    }
+    let set = termination_signals();
+    let mut sig: libc::c_int = 0;
+    // SAFETY: set is a valid sigset_t and sig a valid out pointer.
+    unsafe { libc::sigwait(&set, &mut sig) };
+    sig
 }
 
 /// The effective uid of this process.
