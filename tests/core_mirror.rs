@@ -69,6 +69,16 @@ fn me() -> Caller {
     Caller::with_groups(m.uid(), m.gid(), std::process::id())
 }
 
+/// Makes `leg` fail `op` with `errno` (`times` times, or until cleared).
+fn fail(fs: &MirrorFs, leg: usize, op: &str, errno: Errno, times: Option<u32>) {
+    fs.mirror().inject_fault(FaultRule {
+        leg,
+        op: op.into(),
+        errno,
+        times,
+    });
+}
+
 fn read_all(p: &Path) -> Vec<u8> {
     std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
@@ -170,12 +180,7 @@ fn a_leg_failing_a_write_halfway_is_dropped_and_recorded() {
         .create(ROOT_INO, OsStr::new("f"), 0o644, libc::O_RDWR, &c)
         .unwrap();
     fs.write(fh, 0, b"before").unwrap();
-    fs.mirror().inject_fault(FaultRule {
-        leg: 1,
-        op: "write".into(),
-        errno: Errno::EIO,
-        times: Some(1),
-    });
+    fail(&fs, 1, "write", Errno::EIO, Some(1));
     // The caller sees success: leg 0 has the data.
     assert_eq!(fs.write(fh, 0, b"AFTER!").unwrap(), 6);
     assert_eq!(fs.mirror().in_sync_legs(), vec![0]);
@@ -197,12 +202,7 @@ fn a_namespace_change_failing_on_one_leg_succeeds_on_the_others() {
     let l = legs(3);
     let fs = open_fs(&l);
     let c = me();
-    fs.mirror().inject_fault(FaultRule {
-        leg: 2,
-        op: "mkdir".into(),
-        errno: Errno::EROFS,
-        times: None,
-    });
+    fail(&fs, 2, "mkdir", Errno::EROFS, None);
     fs.mkdir(ROOT_INO, OsStr::new("d"), 0o755, &c).unwrap();
     assert_eq!(fs.mirror().in_sync_legs(), vec![0, 1]);
     assert!(l.paths[0].join("d").is_dir());
@@ -219,12 +219,7 @@ fn a_read_error_is_answered_from_another_leg() {
         .create(ROOT_INO, OsStr::new("f"), 0o644, libc::O_RDWR, &c)
         .unwrap();
     fs.write(fh, 0, b"good data").unwrap();
-    fs.mirror().inject_fault(FaultRule {
-        leg: 0,
-        op: "read".into(),
-        errno: Errno::EIO,
-        times: None,
-    });
+    fail(&fs, 0, "read", Errno::EIO, None);
     assert_eq!(fs.read(fh, 0, 64, 1).unwrap().as_slice(), b"good data");
     assert_eq!(fs.mirror().in_sync_legs(), vec![1]);
     fs.release(fh).unwrap();
@@ -239,12 +234,7 @@ fn the_last_leg_is_never_dropped() {
         .create(ROOT_INO, OsStr::new("f"), 0o644, libc::O_RDWR, &c)
         .unwrap();
     for leg in 0..2 {
-        fs.mirror().inject_fault(FaultRule {
-            leg,
-            op: "write".into(),
-            errno: Errno::EIO,
-            times: None,
-        });
+        fail(&fs, leg, "write", Errno::EIO, None);
     }
     // Every leg fails alike: the caller gets the error, and the mirror keeps its legs.
     assert_eq!(fs.write(fh, 0, b"x").unwrap_err(), Errno::EIO);
