@@ -9,7 +9,7 @@ struct SyslogLogger {
 
 impl Log for SyslogLogger {
     fn enabled(&self, m: &Metadata<'_>) -> bool {
-        m.level() <= self.level
+        m.level() <= self.level && (m.level() <= fuser_level(self.level) || !is_fuser(m))
     }
 
     fn log(&self, r: &Record<'_>) {
@@ -28,6 +28,20 @@ impl Log for SyslogLogger {
     fn flush(&self) {}
 }
 
+/// fuser warns about things that are normal for us (it tries to unmount again after `umount`
+/// already did it): its messages are shown from errors up, unless debugging.
+fn fuser_level(level: LevelFilter) -> LevelFilter {
+    if level >= LevelFilter::Debug {
+        level
+    } else {
+        LevelFilter::Error
+    }
+}
+
+fn is_fuser(m: &Metadata<'_>) -> bool {
+    m.target().starts_with("fuser")
+}
+
 /// The level asked for: `-d` means debug, otherwise `RUST_LOG` or warnings.
 fn level(debug: bool) -> LevelFilter {
     if debug {
@@ -41,8 +55,10 @@ fn level(debug: bool) -> LevelFilter {
 
 /// Logs to stderr (before daemonizing, and in the foreground).
 pub fn to_stderr(debug: bool) {
+    let level = level(debug);
     let _ = env_logger::Builder::new()
-        .filter_level(level(debug))
+        .filter_level(level)
+        .filter_module("fuser", fuser_level(level))
         .format_target(false)
         .try_init();
 }
