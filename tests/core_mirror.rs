@@ -4,7 +4,7 @@
 
 use mirrorfs::errno::Errno;
 use mirrorfs::fs::inode::ROOT_INO;
-use mirrorfs::fs::{Caller, FsConfig, MirrorFs, SetAttr, TimeSpec};
+use mirrorfs::fs::{Caller, Entry, FsConfig, MirrorFs, SetAttr, TimeSpec};
 use mirrorfs::leg::Leg;
 use mirrorfs::meta::array::ArrayPlan;
 use mirrorfs::meta::superblock::LegSuperblock;
@@ -77,6 +77,15 @@ fn fail(fs: &MirrorFs, leg: usize, op: &str, errno: Errno, times: Option<u32>) {
         errno,
         times,
     });
+}
+
+/// Creates `name` at the root holding `data`; returns its entry and open handle.
+fn new_file(fs: &MirrorFs, name: &str, data: &[u8], c: &Caller) -> (Entry, u64) {
+    let (e, fh) = fs
+        .create(ROOT_INO, OsStr::new(name), 0o644, libc::O_RDWR, c)
+        .unwrap();
+    fs.write(fh, 0, data).unwrap();
+    (e, fh)
 }
 
 fn read_all(p: &Path) -> Vec<u8> {
@@ -176,10 +185,7 @@ fn a_leg_failing_a_write_halfway_is_dropped_and_recorded() {
     let l = legs(2);
     let fs = open_fs(&l);
     let c = me();
-    let (_, fh) = fs
-        .create(ROOT_INO, OsStr::new("f"), 0o644, libc::O_RDWR, &c)
-        .unwrap();
-    fs.write(fh, 0, b"before").unwrap();
+    let (_, fh) = new_file(&fs, "f", b"before", &c);
     fail(&fs, 1, "write", Errno::EIO, Some(1));
     // The caller sees success: leg 0 has the data.
     assert_eq!(fs.write(fh, 0, b"AFTER!").unwrap(), 6);
@@ -195,6 +201,36 @@ fn a_leg_failing_a_write_halfway_is_dropped_and_recorded() {
     assert_eq!(sb0.failed_legs, vec![sb1.leg_id]);
     let e = ArrayPlan::prepare(&l.shown, &l.paths, false).unwrap_err();
     assert!(e.contains("was dropped"), "{e}");
+}
+
+#[test]
+fn a_leg_failing_a_truncate_is_dropped_and_left_alone() {
+    let l = legs(2);
+    let fs = open_fs(&l);
+    let c = me();
+    let (e, fh) = new_file(&fs, "f", b"0123456789", &c);
+    fs.release(fh).unwrap();
+    let before = std::fs::metadata(l.paths[1].join("f")).unwrap();
+    fail(&fs, 1, "setattr", Errno::EIO, Some(1));
+    let a = fs
+        .setattr(
+            e.attr.ino.0,
+            &SetAttr {
+                size: Some(4),
+                ..SetAttr::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(a.size, 4);
+    assert_eq!(fs.mirror().in_sync_legs(), vec![0]);
+    assert_eq!(read_all(&l.paths[0].join("f")), b"0123");
+    // Nothing that follows the failed step (aligning mtimes) reaches the dropped leg.
+    let after = std::fs::metadata(l.paths[1].join("f")).unwrap();
+    assert_eq!(read_all(&l.paths[1].join("f")), b"0123456789");
+    assert_eq!(
+        (after.mtime(), after.mtime_nsec()),
+        (before.mtime(), before.mtime_nsec())
+    );
 }
 
 #[test]
@@ -215,10 +251,7 @@ fn a_read_error_is_answered_from_another_leg() {
     let l = legs(2);
     let fs = open_fs(&l);
     let c = me();
-    let (_, fh) = fs
-        .create(ROOT_INO, OsStr::new("f"), 0o644, libc::O_RDWR, &c)
-        .unwrap();
-    fs.write(fh, 0, b"good data").unwrap();
+    let (_, fh) = new_file(&fs, "f", b"good data", &c);
     fail(&fs, 0, "read", Errno::EIO, None);
     assert_eq!(fs.read(fh, 0, 64, 1).unwrap().as_slice(), b"good data");
     assert_eq!(fs.mirror().in_sync_legs(), vec![1]);

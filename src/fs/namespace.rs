@@ -276,7 +276,9 @@ impl MirrorFs {
             Ok(())
         })?;
         if set.size.is_some() && set.mtime.is_none() {
-            // Each leg stamped its own clock if the size changed.
+            // Each leg stamped its own clock if the size changed. The legs still in sync, not
+            // `legs`: one may have been dropped by the change above.
+            let legs = self.mirror.in_sync_legs();
             self.align_mtime(&legs, "set mtime", |leg| inode.fd(leg))?;
         }
         self.stat_inode(&inode)
