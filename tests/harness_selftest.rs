@@ -34,6 +34,23 @@ fn base(leg: &Path) {
 }
 
 #[track_caller]
+/// Writes `content` to `p` (as a new file when `new_inode`, breaking any hard link) and puts
+/// back its old atime and mtime, so that only the content or the link structure differs.
+fn rewrite_keeping_times(p: &Path, content: &[u8], new_inode: bool) {
+    let st = lstat_ok(p);
+    if new_inode {
+        fs::remove_file(p).unwrap();
+    }
+    fs::write(p, content).unwrap();
+    utimensat(
+        p,
+        ts(st.st_atime, st.st_atime_nsec),
+        ts(st.st_mtime, st.st_mtime_nsec),
+        false,
+    )
+    .unwrap();
+}
+
 fn assert_detects(d: &TestDirs, needle: &str) {
     let diffs = legs_differences(&d.legs);
     assert!(
@@ -58,15 +75,7 @@ fn detects_content_size_mode_owner_mtime() {
     let p = d.legs[1].join("g");
     let mut c = fs::read(&p).unwrap();
     c[2_500_000] ^= 1;
-    let st = lstat_ok(&p);
-    fs::write(&p, &c).unwrap();
-    utimensat(
-        &p,
-        ts(st.st_atime, st.st_atime_nsec),
-        ts(st.st_mtime, st.st_mtime_nsec),
-        false,
-    )
-    .unwrap();
+    rewrite_keeping_times(&p, &c, false);
     assert_detects(&d, "content differs at offset 2500000");
 
     let d = twin_legs(base);
@@ -106,17 +115,8 @@ fn detects_xattrs_symlinks_links_and_missing() {
     // Break the hard link on leg1, keeping content and mtime.
     let d = twin_legs(base);
     let p = d.legs[1].join("d/g2");
-    let st = lstat_ok(&p);
     let c = fs::read(&p).unwrap();
-    fs::remove_file(&p).unwrap();
-    fs::write(&p, &c).unwrap();
-    utimensat(
-        &p,
-        ts(st.st_atime, st.st_atime_nsec),
-        ts(st.st_mtime, st.st_mtime_nsec),
-        false,
-    )
-    .unwrap();
+    rewrite_keeping_times(&p, &c, true);
     assert_detects(&d, "hard-link groups differ");
     assert_detects(&d, "nlink 2 vs 1");
 
