@@ -146,12 +146,7 @@ impl MountConfig {
             }
             "read_policy" => {
                 let v = need(key, value)?;
-                if crate::policy::by_name(v).is_none() {
-                    return Err(format!(
-                        "invalid value for 'read_policy': '{v}' (valid: {})",
-                        crate::policy::POLICY_NAMES.join(", ")
-                    ));
-                }
+                crate::policy::check_spec(v)?;
                 self.read_policy = v.to_string();
                 Ok(())
             }

@@ -21,6 +21,8 @@ pub enum LegState {
 /// A backing directory and what we know of it.
 pub struct Leg {
     pub idx: LegIdx,
+    /// The leg's name in stats and in `read_policy=leg:NAME` (`=name=LABEL`, else `legN`).
+    pub name: String,
     /// The path given by the user (canonical).
     pub path: PathBuf,
     /// `O_PATH` descriptor of the leg's root directory.
@@ -49,6 +51,7 @@ impl Leg {
         let st = sys::fd::fstat(root.as_fd())?;
         Ok(Leg {
             idx,
+            name: format!("leg{idx}"),
             path: path.to_path_buf(),
             root,
             dev: st.st_dev,

@@ -52,7 +52,7 @@ fn open_fs(l: &Legs) -> MirrorFs {
     MirrorFs::new(
         legs,
         sbs,
-        mirrorfs::policy::by_name("first").unwrap(),
+        mirrorfs::policy::by_name("first", &[]).unwrap(),
         FsConfig {
             hide_lost_found: false,
             threads_per_leg: 2,

@@ -103,7 +103,17 @@ fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), Stri
             .map_err(|e| fail(&mut ready, format!("leg '{}': {e}", p.checked.shown[i])))?;
         legs.push(leg);
     }
-    let policy = crate::policy::by_name(&p.config.read_policy).expect("validated");
+    let names: Vec<String> = legs.iter().map(|l| l.name.clone()).collect();
+    let policy = crate::policy::by_name(&p.config.read_policy, &names).ok_or_else(|| {
+        fail(
+            &mut ready,
+            format!(
+                "invalid value for 'read_policy': '{}' (no such leg; legs: {})",
+                p.config.read_policy,
+                names.join(", ")
+            ),
+        )
+    })?;
     let fs_config = FsConfig {
         hide_lost_found: p.checked.some_leg_is_fs_root,
         threads_per_leg: p.config.threads,

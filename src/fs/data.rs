@@ -133,7 +133,13 @@ impl MirrorFs {
     /// in-sync leg (and the failing leg dropped).
     pub fn read(&self, fh: u64, offset: u64, size: u32, pid: u32) -> Result<ReadData> {
         let h = self.handles.file(fh)?;
-        let req = ReadRequest { pid, offset, size };
+        let req = ReadRequest {
+            pid,
+            file: h.inode.ino,
+            offset,
+            size,
+            ..Default::default()
+        };
         let data = self.mirror.read_from(&h.legs(), &req, "read", |leg| {
             let fd = h.fd(leg)?;
             let fd = fd.as_fd();

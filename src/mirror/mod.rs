@@ -8,7 +8,7 @@ pub mod outcome;
 use crate::errno::{Errno, Result};
 use crate::leg::{Leg, LegIdx};
 use crate::meta::superblock::LegSuperblock;
-use crate::policy::{LegView, ReadPolicy, ReadRequest};
+use crate::policy::{LegView, ReadPlan, ReadPolicy, ReadRequest};
 use fanout::LegWorkers;
 use fault::{FaultRule, Faults};
 use outcome::{reconcile, DropReason};
@@ -172,11 +172,14 @@ impl Mirror {
     }
 
     /// The leg a read of this request goes to, among `candidates` (legs that can serve it).
-    pub fn pick_read_leg(&self, candidates: &[LegIdx], req: &ReadRequest) -> Option<LegIdx> {
+    pub fn pick_read_leg(&self, candidates: &[LegIdx], req: &ReadRequest) -> Option<ReadPlan> {
         let views: Vec<LegView> = candidates
             .iter()
             .filter(|&&l| self.legs[l].is_in_sync())
-            .map(|&idx| LegView { idx })
+            .map(|&idx| LegView {
+                idx,
+                ..Default::default()
+            })
             .collect();
         if views.is_empty() {
             return None;
@@ -185,7 +188,7 @@ impl Mirror {
     }
 
     /// The name of the read policy in force.
-    pub fn policy_name(&self) -> &'static str {
+    pub fn policy_name(&self) -> String {
         self.policy.read().name()
     }
 
@@ -205,9 +208,10 @@ impl Mirror {
                 .copied()
                 .filter(|l| !tried.contains(l))
                 .collect();
-            let Some(leg) = self.pick_read_leg(&left, req) else {
+            let Some(plan) = self.pick_read_leg(&left, req) else {
                 return Err(Errno::EIO);
             };
+            let leg = plan.first_leg();
             match self.faults.check(leg, what).and_then(|()| op(leg)) {
                 Err(e) if outcome::is_leg_fault(e) => {
                     self.legs[leg]

@@ -1,17 +1,16 @@
 //! `first`: always the first in-sync leg in leg order (btrfs's `read_policy=devid` idea).
 
-use super::{LegView, ReadPolicy, ReadRequest};
-use crate::leg::LegIdx;
+use super::{LegView, ReadPlan, ReadPolicy, ReadRequest};
 
 pub struct First;
 
 impl ReadPolicy for First {
-    fn name(&self) -> &'static str {
-        "first"
+    fn name(&self) -> String {
+        "first".to_string()
     }
 
-    fn pick(&self, candidates: &[LegView], _req: &ReadRequest) -> LegIdx {
-        candidates[0].idx
+    fn pick(&self, candidates: &[LegView], _req: &ReadRequest) -> ReadPlan {
+        ReadPlan::One(candidates[0].idx)
     }
 }
 
@@ -21,12 +20,21 @@ mod tests {
 
     #[test]
     fn picks_the_first_candidate() {
-        let c = [LegView { idx: 1 }, LegView { idx: 2 }];
+        let c = [
+            LegView {
+                idx: 1,
+                ..Default::default()
+            },
+            LegView {
+                idx: 2,
+                ..Default::default()
+            },
+        ];
         let r = ReadRequest {
             pid: 7,
-            offset: 0,
             size: 4096,
+            ..Default::default()
         };
-        assert_eq!(First.pick(&c, &r), 1);
+        assert_eq!(First.pick(&c, &r), ReadPlan::One(1));
     }
 }
