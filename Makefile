@@ -8,6 +8,11 @@
 #                       print where the legs and the mount are and how to unmount
 #   make install        install the release binary as $(PREFIX)/sbin/mirrorfs (and the man page
 #                       docs/mirrorfs.8 if there is one); DESTDIR is honoured
+#   make sim            the policy simulator: every read policy on modelled SSD, USB stick and HDD
+#                       legs over the seed workloads, a throughput table (no root, seconds)
+#   make bench          the real benchmark (root): loop devices, cgroup v1 blkio throttles, btrfs
+#                       raid1 as the anchor, every policy; tables, CSV and SVG under bench/results
+#   make bench-smoke    the same rig on a tiny size, to check that it still runs
 #   make lint           cargo fmt --check and cargo clippy -D warnings
 #   make clean          cargo clean and the external checks' logs
 
@@ -25,7 +30,7 @@ export CARGO_TERM_COLOR := never
 CARGO_TEST_FLAGS ?= --no-fail-fast
 endif
 
-.PHONY: all build build-debug test test-unit test-external demo install lint clean
+.PHONY: all build build-debug test test-unit test-external demo install lint clean sim bench bench-smoke
 
 all: build
 
@@ -42,6 +47,15 @@ test-unit:
 
 test-external: $(if $(filter release,$(PROFILE)),build,build-debug)
 	MIRRORFS=$(TEST_BIN) EXT_OUT=$(TARGET_DIR)/external tests/external/run-all.sh
+
+sim:
+	$(CARGO) run --release --example sim
+
+bench: build
+	MIRRORFS=$(RELEASE_BIN) bench/run.sh
+
+bench-smoke: build-debug
+	MIRRORFS=$(TEST_BIN) BENCH_SIZE=tiny bench/run.sh
 
 demo: build
 	@set -e; \

@@ -17,5 +17,6 @@ pub mod leg;
 pub mod meta;
 pub mod mirror;
 pub mod policy;
+pub mod sim;
 #[allow(unsafe_code)]
 pub mod sys;

@@ -1,0 +1,1 @@
+//! A deterministic simulator of the read policies on modelled devices (`make sim`).
