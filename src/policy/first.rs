@@ -1,6 +1,7 @@
-//! `first`: always the first in-sync leg in leg order (btrfs's `read_policy=devid` idea).
+//! `first`: always the first in-sync leg in leg order (btrfs's `read_policy=devid` idea), a
+//! write-mostly leg only when no other leg can serve.
 
-use super::{LegView, ReadPlan, ReadPolicy, ReadRequest};
+use super::{readable, LegView, ReadPlan, ReadPolicy, ReadRequest};
 
 pub struct First;
 
@@ -10,7 +11,7 @@ impl ReadPolicy for First {
     }
 
     fn pick(&self, candidates: &[LegView], _req: &ReadRequest) -> ReadPlan {
-        ReadPlan::One(candidates[0].idx)
+        ReadPlan::One(readable(candidates)[0].idx)
     }
 }
 

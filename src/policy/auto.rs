@@ -1,0 +1,516 @@
+//! `auto`: mirrorfs's own policy, and the default. One cost drives everything, the expected
+//! completion time of the read on a leg (dm-multipath historical-service-time, GlusterFS AFR
+//! mode 5, with ZFS's position term):
+//!
+//! ```text
+//! cost(L) = (load(L) + 1) x service(L, size) + (the read continues L's position ? 0 : seek(L))
+//! ```
+//!
+//! - `load` is the leg's outstanding requests ([`outstanding`]) minus this stream's own (a
+//!   stream waiting behind its own reads is not competing with anyone: without this a lone
+//!   stream would flee its own queue and ping-pong);
+//! - `service` is the measured, time-decayed service time for this size class (bandwidth for
+//!   large reads); a leg not yet measured counts as fast as the fastest measured one, so it gets
+//!   reads and a measurement (the rotational flag is not used for speed); legs within 30 % of
+//!   the fastest count as equally fast (the estimates are noisy; dm-multipath HST does the
+//!   same), so that on equal legs the queues alone decide;
+//! - `seek` is the leg's measured positioning cost ([`LegView::seek_us`]); only sequential
+//!   reads pay it (a random read's service time already holds it). A leg not yet measured
+//!   counts as the best measured leg; with nothing measured, 8 ms for a rotational leg and 0
+//!   otherwise (the only use of the flag: a prior).
+//!
+//! The decision:
+//!
+//! 1. Random reads (and the first read of a stream) go to the leg of least cost, at random
+//!    among exact ties. This spreads random reads over equal legs, and over a fast
+//!    and a slow leg in proportion to their speeds: the slow leg gets a read only when the
+//!    fast leg's queue makes it the quicker answer (spill-over once the fast leg saturates).
+//! 2. A sequential read stays on its stream's leg unless all of: the stream has read at least
+//!    the minimum run there, has been there for the dwell time, and another leg's cost, its
+//!    seek included, is lower by the hysteresis margin. Positional legs (measured seek >= 1 ms):
+//!    8 MiB, 250 ms, 25 %; others: 1 MiB, 10 ms, 10 %. So a stream on a disk pair stays put,
+//!    and streams spread over legs by where they start, and rebalance slowly.
+//! 3. A confirmed sequential stream (8 MiB read contiguously) reading at least 256 KiB at a
+//!    time is split over several legs when that finishes the read sooner by 30 % (10 % to stay
+//!    split): each leg gets one contiguous piece, sized by its bandwidth and its current load
+//!    so that all pieces end together (a straggler sets the pace otherwise), at least
+//!    128 KiB, boundaries on 64 KiB. (A 10 % threshold with 64 KiB pieces made an SSD + USB
+//!    stick pair slower in the simulator: rounding and the stick's latency ate the gain.) Legs with a positioning cost get a piece only if the
+//!    gain pays for their seek, which, for real disks, it does not at these sizes: the
+//!    RAID10-far effect needs the far layout; on flash or throttled devices it is close to
+//!    N x one leg.
+//!
+//! Weak spots (see `docs/policies.md`): the load of a leg counts requests, not bytes, so a leg
+//! full of small reads and one with a few large ones compare roughly; own-load subtraction is
+//! approximate for split streams; there is no idle-time probe, so a leg judged slow is
+//! measured again only when the others' queues send reads its way.
+
+use crate::leg::LegIdx;
+
+use super::{
+    outstanding, pick_min_random, readable, service_estimates, LegView, ReadPiece, ReadPlan,
+    ReadPolicy, ReadRequest, TieBreak, SPLIT_ALIGN,
+};
+
+/// Positioning cost assumed for a rotational leg before anything is measured, µs.
+const ROTATIONAL_SEEK_PRIOR_US: f64 = 8000.0;
+/// A leg whose positioning cost is at least this is treated as a disk (stickier), µs.
+const POSITIONAL_SEEK_US: f64 = 1000.0;
+/// Legs whose service times are within this ratio of the fastest count as equally fast.
+const SAME_SPEED: f64 = 1.3;
+/// Random reads: legs within this fraction of the least cost share the reads (0: exact ties
+/// only; a band sends reads to legs that are slightly worse, which costs throughput).
+const RANDOM_BAND: f64 = 0.0;
+
+/// Stickiness of a sequential stream on a positional leg and on others.
+struct Stickiness {
+    min_run: u64,
+    dwell_us: u64,
+    hysteresis: f64,
+}
+
+const DISK_STICKINESS: Stickiness = Stickiness {
+    min_run: 8 << 20,
+    dwell_us: 250_000,
+    hysteresis: 0.25,
+};
+const FLASH_STICKINESS: Stickiness = Stickiness {
+    min_run: 1 << 20,
+    dwell_us: 10_000,
+    hysteresis: 0.10,
+};
+
+/// A stream is split only once it has read this much contiguously.
+pub const SPLIT_MIN_RUN: u64 = 8 << 20;
+/// Smallest piece of a split read.
+pub const SPLIT_MIN_PIECE: u64 = 128 << 10;
+const SPLIT_GAIN_ENTER: f64 = 1.3;
+const SPLIT_GAIN_STAY: f64 = 1.1;
+
+pub struct Auto {
+    ties: TieBreak,
+}
+
+impl Auto {
+    pub fn new() -> Auto {
+        Auto {
+            ties: TieBreak::default(),
+        }
+    }
+}
+
+impl Default for Auto {
+    fn default() -> Auto {
+        Auto::new()
+    }
+}
+
+/// What the decision knows of each candidate, in candidate order.
+struct Costs {
+    /// Service time of one read of this size, µs.
+    svc: Vec<f64>,
+    /// Positioning cost, µs.
+    seek: Vec<f64>,
+    /// Outstanding requests not this stream's.
+    load: Vec<f64>,
+    /// The read continues this leg's position (no seek).
+    continues: Vec<bool>,
+}
+
+impl Costs {
+    fn new(c: &[LegView], req: &ReadRequest) -> Costs {
+        let mut svc = service_estimates(c, req.size);
+        // Service times within SAME_SPEED of the fastest count as equal (dm-multipath HST's
+        // threshold_multiplier): the estimates are noisy, and on equal legs the queues alone
+        // should decide.
+        let fastest = svc.iter().copied().fold(f64::INFINITY, f64::min);
+        for s in &mut svc {
+            if *s <= fastest * SAME_SPEED {
+                *s = fastest;
+            }
+        }
+        let measured: Vec<f64> = c.iter().filter_map(|l| l.seek_us.map(f64::from)).collect();
+        let best_seek = measured.iter().copied().fold(f64::INFINITY, f64::min);
+        let seek = c
+            .iter()
+            .map(|l| match l.seek_us {
+                Some(s) => f64::from(s),
+                None if best_seek.is_finite() => best_seek,
+                None if l.rotational => ROTATIONAL_SEEK_PRIOR_US,
+                None => 0.0,
+            })
+            .collect();
+        let s = &req.stream;
+        let load = c
+            .iter()
+            .map(|l| {
+                let own = if s.split || s.leg == Some(l.idx) {
+                    s.inflight
+                } else {
+                    0
+                };
+                f64::from(outstanding(l).saturating_sub(own))
+            })
+            .collect();
+        let continues = c
+            .iter()
+            .map(|l| {
+                (s.sequential && s.leg == Some(l.idx) && !s.split)
+                    || l.last_read_end == Some((req.file, req.offset))
+            })
+            .collect();
+        Costs {
+            svc,
+            seek,
+            load,
+            continues,
+        }
+    }
+
+    /// Expected completion time of the whole read on leg `i`, µs.
+    fn one(&self, i: usize, sequential: bool) -> f64 {
+        let position = if sequential && !self.continues[i] {
+            self.seek[i]
+        } else {
+            0.0
+        };
+        (self.load[i] + 1.0) * self.svc[i] + position
+    }
+}
+
+impl ReadPolicy for Auto {
+    fn name(&self) -> String {
+        "auto".to_string()
+    }
+
+    fn pick(&self, candidates: &[LegView], req: &ReadRequest) -> ReadPlan {
+        let c = readable(candidates);
+        if c.len() == 1 {
+            return ReadPlan::One(c[0].idx);
+        }
+        let k = Costs::new(&c, req);
+        let s = &req.stream;
+        let cur = s
+            .leg
+            .and_then(|leg| c.iter().position(|l| l.idx == leg))
+            .filter(|_| s.sequential);
+        let Some(cur) = cur else {
+            let cost: Vec<f64> = (0..c.len()).map(|i| k.one(i, s.sequential)).collect();
+            return ReadPlan::One(c[pick_min_random(&cost, RANDOM_BAND, &self.ties)].idx);
+        };
+        let stay = k.one(cur, true);
+        if let Some((pieces, t)) = split(&c, &k, req) {
+            let need = if s.split {
+                SPLIT_GAIN_STAY
+            } else {
+                SPLIT_GAIN_ENTER
+            };
+            if stay >= t * need {
+                return ReadPlan::Split(pieces);
+            }
+        }
+        let rule = if k.seek[cur] >= POSITIONAL_SEEK_US {
+            &DISK_STICKINESS
+        } else {
+            &FLASH_STICKINESS
+        };
+        // Leaving split mode: back to one leg, the best one, without the stickiness wait.
+        let settled = s.split
+            || (s.leg_run_bytes >= rule.min_run
+                && req.now_us.saturating_sub(s.leg_since_us) >= rule.dwell_us);
+        if settled {
+            let (best, best_cost) = (0..c.len())
+                .filter(|&i| i != cur)
+                .map(|i| (i, k.one(i, true)))
+                .fold((cur, f64::INFINITY), |a, b| if b.1 < a.1 { b } else { a });
+            let margin = if s.split { 1.0 } else { 1.0 + rule.hysteresis };
+            if best != cur && best_cost * margin < stay {
+                return ReadPlan::One(c[best].idx);
+            }
+        }
+        ReadPlan::One(c[cur].idx)
+    }
+}
+
+/// The split of a confirmed stream's read that ends soonest, and when it ends (µs from now),
+/// or `None` if the stream does not qualify or fewer than two legs would get a piece.
+fn split(c: &[LegView], k: &Costs, req: &ReadRequest) -> Option<(Vec<ReadPiece>, f64)> {
+    let size = u64::from(req.size);
+    if !req.stream.sequential || req.stream.run_bytes < SPLIT_MIN_RUN || size < 2 * SPLIT_MIN_PIECE
+    {
+        return None;
+    }
+    // Per leg: rate (bytes per µs) and when it could start on a piece (µs).
+    let mut legs: Vec<(usize, f64, f64)> = (0..c.len())
+        .map(|i| {
+            let rate = size as f64 / k.svc[i];
+            let start = k.load[i] * k.svc[i]
+                + if c[i].last_read_end == Some((req.file, req.offset)) {
+                    0.0
+                } else {
+                    k.seek[i]
+                };
+            (i, rate, start)
+        })
+        .collect();
+    // Water-filling: all active legs finish at t; a leg that cannot start before t, or whose
+    // piece would be too small, drops out.
+    let (t, shares) = loop {
+        let rates: f64 = legs.iter().map(|l| l.1).sum();
+        let t = (size as f64 + legs.iter().map(|l| l.1 * l.2).sum::<f64>()) / rates;
+        let shares: Vec<f64> = legs.iter().map(|l| l.1 * (t - l.2)).collect();
+        let worst = (0..legs.len())
+            .filter(|&j| shares[j] < SPLIT_MIN_PIECE as f64)
+            .min_by(|&a, &b| shares[a].total_cmp(&shares[b]));
+        match worst {
+            Some(j) if legs.len() > 2 => {
+                legs.remove(j);
+            }
+            Some(_) => return None,
+            None => break (t, shares),
+        }
+    };
+    // The leg that continues at the read's offset takes the first piece; then leg order.
+    let mut order: Vec<usize> = (0..legs.len()).collect();
+    order.sort_by_key(|&j| {
+        let i = legs[j].0;
+        (c[i].last_read_end != Some((req.file, req.offset)), c[i].idx)
+    });
+    let end = req.offset + size;
+    let mut pieces = Vec::with_capacity(order.len());
+    let mut at = req.offset;
+    let mut acc = 0.0;
+    for (n, &j) in order.iter().enumerate() {
+        acc += shares[j];
+        let stop = if n + 1 == order.len() {
+            end
+        } else {
+            let raw = req.offset + acc.round() as u64;
+            (raw + SPLIT_ALIGN / 2) / SPLIT_ALIGN * SPLIT_ALIGN
+        };
+        let stop = stop.min(end);
+        if stop > at {
+            pieces.push(ReadPiece {
+                leg: c[legs[j].0].idx as LegIdx,
+                offset: at,
+                len: (stop - at) as u32,
+            });
+            at = stop;
+        }
+    }
+    if pieces.len() < 2 {
+        return None;
+    }
+    Some((pieces, t))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::*;
+    use super::super::StreamView;
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    /// A leg with measured figures: small-read µs, bandwidth MB/s, seek µs.
+    fn measured(idx: usize, inflight: u32, small: u32, mbs: u64, seek: u32) -> LegView {
+        LegView {
+            small_read_us: Some(small),
+            large_read_us: Some((MIB * 1_000_000 / (mbs * 1_000_000)) as u32),
+            read_bandwidth: Some(mbs * 1_000_000),
+            seek_us: Some(seek),
+            ..leg(idx, inflight)
+        }
+    }
+
+    fn hdd(idx: usize, inflight: u32) -> LegView {
+        LegView {
+            rotational: true,
+            ..measured(idx, inflight, 6000, 150, 8000)
+        }
+    }
+
+    fn ssd(idx: usize, inflight: u32) -> LegView {
+        measured(idx, inflight, 80, 417, 0)
+    }
+
+    fn seq(
+        offset: u64,
+        size: u32,
+        leg: usize,
+        leg_run: u64,
+        since: u64,
+        inflight: u32,
+    ) -> ReadRequest {
+        ReadRequest {
+            now_us: 1_000_000,
+            stream: StreamView {
+                sequential: true,
+                run_bytes: offset,
+                leg: Some(leg),
+                leg_run_bytes: leg_run,
+                leg_since_us: since,
+                inflight,
+                split: false,
+            },
+            ..req(0, offset, size)
+        }
+    }
+
+    #[test]
+    fn a_stream_on_a_disk_pair_stays_on_its_own_queue() {
+        let p = Auto::new();
+        // The stream's own 3 reads are in flight on leg 0; leg 1 idle: stay.
+        let c = [hdd(0, 3), hdd(1, 0)];
+        let r = seq(64 * MIB, 1 << 20, 0, 64 * MIB, 0, 3);
+        assert_eq!(p.pick(&c, &r), ReadPlan::One(0));
+        // Another stream's 8 reads on leg 0 too: move (run, dwell and margin all satisfied).
+        let c = [hdd(0, 11), hdd(1, 0)];
+        assert_eq!(p.pick(&c, &r), ReadPlan::One(1));
+        // ... but not before the minimum run, nor before the dwell time.
+        let young = seq(64 * MIB, 1 << 20, 0, 4 * MIB, 0, 3);
+        assert_eq!(p.pick(&c, &young), ReadPlan::One(0));
+        let recent = seq(64 * MIB, 1 << 20, 0, 64 * MIB, 900_000, 3);
+        assert_eq!(p.pick(&c, &recent), ReadPlan::One(0));
+    }
+
+    #[test]
+    fn no_split_on_disks_split_on_flash() {
+        let p = Auto::new();
+        let r = seq(64 * MIB, 1 << 20, 0, 64 * MIB, 0, 3);
+        assert_eq!(p.pick(&[hdd(0, 3), hdd(1, 0)], &r), ReadPlan::One(0));
+        match p.pick(&[ssd(0, 3), ssd(1, 0)], &r) {
+            ReadPlan::Split(pieces) => {
+                assert_eq!(pieces.len(), 2);
+                assert_eq!(pieces[0].offset, 64 * MIB);
+                assert_eq!(pieces[0].len, 1 << 19);
+                assert_eq!(pieces[1].len, 1 << 19);
+                assert!(ReadPlan::Split(pieces)
+                    .check(&[ssd(0, 0), ssd(1, 0)], 64 * MIB, 1 << 20)
+                    .is_ok());
+            }
+            other => panic!("{other:?}"),
+        }
+        // Not a confirmed stream yet, or reads too small: no split.
+        let short = ReadRequest {
+            stream: StreamView {
+                run_bytes: MIB,
+                ..r.stream.clone()
+            },
+            ..r.clone()
+        };
+        assert_eq!(p.pick(&[ssd(0, 3), ssd(1, 0)], &short), ReadPlan::One(0));
+        let small = seq(64 * MIB, 128 << 10, 0, 64 * MIB, 0, 3);
+        assert_eq!(p.pick(&[ssd(0, 3), ssd(1, 0)], &small), ReadPlan::One(0));
+    }
+
+    #[test]
+    fn split_pieces_follow_bandwidth() {
+        let p = Auto::new();
+        let c = [measured(0, 0, 80, 300, 0), measured(1, 0, 80, 100, 0)];
+        let r = seq(64 * MIB, 4 << 20, 0, 64 * MIB, 0, 0);
+        let ReadPlan::Split(pieces) = p.pick(&c, &r) else {
+            panic!("not split")
+        };
+        assert_eq!(pieces[0].leg, 0);
+        assert_eq!(pieces[0].len, 3 << 20);
+        assert_eq!(pieces[1].len, 1 << 20);
+    }
+
+    #[test]
+    fn a_much_slower_leg_gets_no_piece() {
+        let p = Auto::new();
+        // 417 vs 52 MB/s: at most 11 % faster, below the 30 % needed.
+        let c = [ssd(0, 0), measured(1, 0, 625, 52, 0)];
+        let r = seq(64 * MIB, 1 << 20, 0, 64 * MIB, 0, 0);
+        assert_eq!(p.pick(&c, &r), ReadPlan::One(0));
+    }
+
+    #[test]
+    fn random_reads_spill_to_the_slow_leg_only_when_the_fast_one_is_deep() {
+        let p = Auto::new();
+        let usb = |q| measured(1, q, 625, 52, 0);
+        for (ssd_q, usb_q, want) in [(0, 0, 0), (6, 0, 0), (8, 0, 1), (14, 1, 0), (20, 1, 1)] {
+            assert_eq!(
+                p.pick(&[ssd(0, ssd_q), usb(usb_q)], &req(0, 12345 << 15, 32768)),
+                ReadPlan::One(want),
+                "ssd {ssd_q} usb {usb_q}"
+            );
+        }
+    }
+
+    #[test]
+    fn random_reads_spread_over_equal_legs() {
+        let p = Auto::new();
+        let mut n = [0; 2];
+        for _ in 0..1000 {
+            n[p.pick(&[hdd(0, 2), hdd(1, 2)], &req(0, 0, 4096))
+                .first_leg()] += 1;
+        }
+        assert!(n[0] > 400 && n[1] > 400, "{n:?}");
+        assert_eq!(
+            p.pick(&[hdd(0, 2), hdd(1, 1)], &req(0, 0, 4096)),
+            ReadPlan::One(1)
+        );
+    }
+
+    #[test]
+    fn unmeasured_legs_are_tried_and_the_flag_is_only_a_prior() {
+        let p = Auto::new();
+        // A "rotational" leg measured as fast as flash is treated as flash.
+        let fast_rot = LegView {
+            rotational: true,
+            ..ssd(1, 0)
+        };
+        let r = seq(64 * MIB, 1 << 20, 0, 64 * MIB, 0, 3);
+        assert!(matches!(
+            p.pick(&[ssd(0, 3), fast_rot], &r),
+            ReadPlan::Split(_)
+        ));
+        // An unmeasured leg competes as if it were as fast as the measured one.
+        assert_eq!(
+            p.pick(&[ssd(0, 4), leg(1, 0)], &req(0, 0, 4096)),
+            ReadPlan::One(1)
+        );
+    }
+
+    #[test]
+    fn a_stream_that_started_on_the_slow_leg_moves_to_the_fast_one() {
+        let p = Auto::new();
+        let c = [measured(0, 0, 625, 52, 0), ssd(1, 0)];
+        let r = seq(64 * MIB, 1 << 20, 0, 64 * MIB, 0, 0);
+        assert_eq!(p.pick(&c, &r), ReadPlan::One(1));
+    }
+
+    #[test]
+    fn splitting_stays_aligned() {
+        let p = Auto::new();
+        let c = [
+            measured(0, 0, 80, 333, 0),
+            measured(1, 0, 80, 111, 0),
+            measured(2, 0, 80, 222, 0),
+        ];
+        let r = seq(64 * MIB + 4096, 3 << 20, 0, 64 * MIB, 0, 0);
+        let plan = p.pick(&c, &r);
+        plan.check(&c, r.offset, r.size).unwrap();
+        let ReadPlan::Split(pieces) = plan else {
+            panic!()
+        };
+        assert_eq!(pieces.len(), 3);
+        for piece in &pieces[1..] {
+            assert_eq!(piece.offset % SPLIT_ALIGN, 0);
+        }
+    }
+
+    #[test]
+    fn writemostly_is_never_read_when_another_leg_serves() {
+        let p = Auto::new();
+        let wm = LegView {
+            writemostly: true,
+            ..ssd(0, 0)
+        };
+        for r in [req(0, 0, 4096), seq(64 * MIB, 1 << 20, 0, 64 * MIB, 0, 0)] {
+            assert_eq!(p.pick(&[wm.clone(), hdd(1, 30)], &r), ReadPlan::One(1));
+        }
+    }
+}
