@@ -27,6 +27,29 @@ pub struct MountConfig {
     pub atime: Option<bool>,
     pub sync: bool,
     pub dirsync: bool,
+    /// Accept injected leg faults through `user.mirrorfs.fault` (for tests only).
+    pub fault_injection: bool,
+    /// Keep the write-intent log (default on): after a crash only the files being written
+    /// then need checking. Off trades that for one flush less per newly written file.
+    pub write_intent: bool,
+    /// Mount even when a leg is missing or behind, serving from the others (btrfs's option).
+    pub degraded: bool,
+    /// Free space every leg keeps: a write that would go below it on any leg fails with
+    /// ENOSPC before any leg is written. `None`: 4 GiB, or 5% of a leg's size if less.
+    pub minfreespace: Option<u64>,
+}
+
+/// Parses `4G`, `500M`, `64K`, `1T` (powers of 1024) or a plain number of bytes.
+pub fn parse_size(v: &str) -> Option<u64> {
+    let v = v.trim();
+    let (num, mult) = match v.char_indices().last()? {
+        (i, 'K' | 'k') => (&v[..i], 1u64 << 10),
+        (i, 'M' | 'm') => (&v[..i], 1 << 20),
+        (i, 'G' | 'g') => (&v[..i], 1 << 30),
+        (i, 'T' | 't') => (&v[..i], 1 << 40),
+        _ => (v, 1),
+    };
+    num.parse::<u64>().ok()?.checked_mul(mult)
 }
 
 impl Default for MountConfig {
@@ -38,7 +61,7 @@ impl Default for MountConfig {
             fsname: None,
             attr_timeout: Duration::from_secs(1),
             entry_timeout: Duration::from_secs(1),
-            read_policy: "first".to_string(),
+            read_policy: "auto".to_string(),
             read_only: false,
             dev: false,
             suid: false,
@@ -46,6 +69,10 @@ impl Default for MountConfig {
             atime: None,
             sync: false,
             dirsync: false,
+            fault_injection: false,
+            minfreespace: None,
+            degraded: false,
+            write_intent: true,
         }
     }
 }
@@ -162,9 +189,73 @@ impl MountConfig {
             "noatime" => flag(value).map(|()| self.atime = Some(false)),
             "sync" => flag(value).map(|()| self.sync = true),
             "dirsync" => flag(value).map(|()| self.dirsync = true),
+            "fault_injection" => flag(value).map(|()| self.fault_injection = true),
+            "degraded" => flag(value).map(|()| self.degraded = true),
+            "write_intent" => match need(key, value)? {
+                "on" => {
+                    self.write_intent = true;
+                    Ok(())
+                }
+                "off" => {
+                    self.write_intent = false;
+                    Ok(())
+                }
+                v => Err(format!(
+                    "invalid value for 'write_intent': '{v}' (valid: on, off)"
+                )),
+            },
+            "minfreespace" => {
+                let v = need(key, value)?;
+                self.minfreespace = Some(
+                    parse_size(v)
+                        .ok_or_else(|| format!("invalid value for 'minfreespace': '{v}'"))?,
+                );
+                Ok(())
+            }
             k if IGNORED.contains(&k) || k.starts_with("x-") || k.starts_with("comment=") => Ok(()),
             _ => Err(format!("unknown option '{key}'")),
         }
+    }
+
+    /// Every option as `user.mirrorfs.<key>` shows it (read-only keys; `read_policy` is answered
+    /// live by the mirror, not from here).
+    pub fn as_keys(&self, default_fsname: &str) -> Vec<(String, String)> {
+        let b = |v: bool| if v { "true" } else { "false" }.to_string();
+        let secs = |d: Duration| format!("{}", d.as_secs_f64());
+        vec![
+            ("allow_other".into(), b(self.allow_other)),
+            ("default_permissions".into(), b(self.default_permissions)),
+            ("threads".into(), self.threads.to_string()),
+            (
+                "fsname".into(),
+                self.fsname
+                    .clone()
+                    .unwrap_or_else(|| default_fsname.to_string()),
+            ),
+            ("attr_timeout".into(), secs(self.attr_timeout)),
+            ("entry_timeout".into(), secs(self.entry_timeout)),
+            ("ro".into(), b(self.read_only)),
+            ("dev".into(), b(self.dev)),
+            ("suid".into(), b(self.suid)),
+            ("exec".into(), b(self.exec)),
+            (
+                "atime".into(),
+                match self.atime {
+                    Some(true) => "atime",
+                    Some(false) => "noatime",
+                    None => "default",
+                }
+                .into(),
+            ),
+            ("sync".into(), b(self.sync)),
+            ("dirsync".into(), b(self.dirsync)),
+            ("fault_injection".into(), b(self.fault_injection)),
+            ("degraded".into(), b(self.degraded)),
+            (
+                "write_intent".into(),
+                if self.write_intent { "on" } else { "off" }.into(),
+            ),
+        ]
     }
 
     /// The `fuser` session configuration.
@@ -225,13 +316,29 @@ mod tests {
         assert_eq!(c.attr_timeout, Duration::from_millis(500));
         assert!(c.read_only);
         assert!(!c.default_permissions);
-        assert_eq!(c.read_policy, "first");
+        assert_eq!(c.read_policy, "auto");
     }
 
     #[test]
     fn mount_helper_options_are_accepted() {
         parse(&["rw,nosuid,nodev,noexec,relatime,defaults,nofail,_netdev,auto,user,dev,suid"])
             .unwrap();
+    }
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("0"), Some(0));
+        assert_eq!(parse_size("4G"), Some(4 << 30));
+        assert_eq!(parse_size("512m"), Some(512 << 20));
+        assert_eq!(parse_size("1234"), Some(1234));
+        assert_eq!(parse_size("4X"), None);
+        assert_eq!(parse_size("G"), None);
+        assert_eq!(parse_size("-1"), None);
+        assert_eq!(
+            parse(&["minfreespace=2G"]).unwrap().minfreespace,
+            Some(2 << 30)
+        );
+        assert!(parse(&["minfreespace=lots"]).is_err());
     }
 
     #[test]
@@ -242,7 +349,15 @@ mod tests {
             vec![
                 "unknown option 'x'".to_string(),
                 "invalid value for 'threads': 'abc'".to_string(),
-                "invalid value for 'read_policy': 'fast' (valid: first)".to_string(),
+                format!(
+                    "invalid value for 'read_policy': 'fast' (valid: {})",
+                    crate::policy::check_spec("fast")
+                        .unwrap_err()
+                        .split("(valid: ")
+                        .nth(1)
+                        .unwrap()
+                        .trim_end_matches(')')
+                ),
                 "invalid value for 'attr_timeout': '-1'".to_string(),
             ]
         );

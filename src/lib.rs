@@ -18,5 +18,6 @@ pub mod meta;
 pub mod mirror;
 pub mod policy;
 pub mod sim;
+pub mod stats;
 #[allow(unsafe_code)]
 pub mod sys;

@@ -3,7 +3,7 @@
 //! trusted again, while the caller's operation succeeds on the others.
 
 use mirrorfs::errno::Errno;
-use mirrorfs::fs::inode::ROOT_INO;
+use mirrorfs::fs::inode::{CONTROL_INO, ROOT_INO};
 use mirrorfs::fs::{Caller, Entry, FsConfig, MirrorFs, SetAttr, TimeSpec};
 use mirrorfs::leg::Leg;
 use mirrorfs::meta::array::ArrayPlan;
@@ -12,6 +12,7 @@ use mirrorfs::mirror::fault::FaultRule;
 use std::ffi::OsStr;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 
 /// Small, so that the tests run with most leg descriptors closed and reopened by handle.
 const FD_BUDGET: usize = 16;
@@ -40,15 +41,15 @@ fn legs(n: usize) -> Legs {
 }
 
 fn open_fs(l: &Legs) -> MirrorFs {
-    let plan = ArrayPlan::prepare(&l.shown, &l.paths, false).unwrap();
-    plan.commit().unwrap();
+    let none = vec![None; l.paths.len()];
+    let plan = ArrayPlan::prepare(&l.shown, &l.paths, &none, false, false).unwrap();
+    let sbs = plan.commit().unwrap();
     let legs = l
         .paths
         .iter()
         .enumerate()
-        .map(|(i, p)| Leg::open(i, p).unwrap())
+        .map(|(i, p)| Leg::open_plain(i, p).unwrap())
         .collect();
-    let sbs = plan.superblocks.into_iter().map(Some).collect();
     MirrorFs::new(
         legs,
         sbs,
@@ -58,6 +59,11 @@ fn open_fs(l: &Legs) -> MirrorFs {
             threads_per_leg: 2,
             fd_budget: FD_BUDGET,
             open_fd_budget: OPEN_FD_BUDGET,
+            mount: "/nonexistent/mount".into(),
+            options: mirrorfs::config::MountConfig::default().as_keys("core"),
+            fault_injection: true,
+            minfreespace: Some(0),
+            write_intent: true,
         },
     )
     .unwrap()
@@ -76,6 +82,7 @@ fn fail(fs: &MirrorFs, leg: usize, op: &str, errno: Errno, times: Option<u32>) {
         op: op.into(),
         errno,
         times,
+        file: None,
     });
 }
 
@@ -160,16 +167,36 @@ fn caller_errors_change_nothing_and_drop_no_leg() {
         Errno::ENAMETOOLONG
     );
     assert_eq!(fs.mirror().in_sync_legs(), vec![0, 1]);
-    // The metadata folder is neither visible nor creatable.
+    // At the root, `.mirrorfs` is the control file: found by a lookup (an empty regular
+    // file), never listed, and neither creatable, removable nor replaceable; the legs'
+    // metadata folders stay as they are.
+    let ctl = fs.lookup(ROOT_INO, OsStr::new(".mirrorfs")).unwrap();
+    assert_eq!(ctl.attr.ino.0, CONTROL_INO);
+    assert_eq!(ctl.attr.kind, fuser::FileType::RegularFile);
+    assert_eq!(ctl.attr.size, 0);
+    let name = OsStr::new(".mirrorfs");
     assert_eq!(
-        fs.lookup(ROOT_INO, OsStr::new(".mirrorfs")).unwrap_err(),
-        Errno::ENOENT
+        fs.mkdir(ROOT_INO, name, 0o755, &c).unwrap_err(),
+        Errno::EPERM
     );
+    assert_eq!(fs.unlink(ROOT_INO, name).unwrap_err(), Errno::EPERM);
     assert_eq!(
-        fs.mkdir(ROOT_INO, OsStr::new(".mirrorfs"), 0o755, &c)
+        fs.rename(ROOT_INO, OsStr::new("d"), ROOT_INO, name, 0)
             .unwrap_err(),
         Errno::EPERM
     );
+    assert_eq!(
+        fs.rename(ROOT_INO, name, ROOT_INO, OsStr::new("stolen"), 0)
+            .unwrap_err(),
+        Errno::EPERM
+    );
+    for p in &l.paths {
+        assert!(
+            p.join(".mirrorfs/superblock.json").is_file(),
+            "{}",
+            p.display()
+        );
+    }
     let fh = fs.opendir(ROOT_INO).unwrap();
     let mut names = Vec::new();
     fs.readdir(fh, 0, |_, _, _, n| {
@@ -199,7 +226,8 @@ fn a_leg_failing_a_write_halfway_is_dropped_and_recorded() {
     let sb0 = LegSuperblock::read(&l.paths[0]).unwrap().unwrap();
     let sb1 = LegSuperblock::read(&l.paths[1]).unwrap().unwrap();
     assert_eq!(sb0.failed_legs, vec![sb1.leg_id]);
-    let e = ArrayPlan::prepare(&l.shown, &l.paths, false).unwrap_err();
+    let none = vec![None; l.paths.len()];
+    let e = ArrayPlan::prepare(&l.shown, &l.paths, &none, false, false).unwrap_err();
     assert!(e.contains("was dropped"), "{e}");
 }
 
@@ -247,15 +275,90 @@ fn a_namespace_change_failing_on_one_leg_succeeds_on_the_others() {
 }
 
 #[test]
-fn a_read_error_is_answered_from_another_leg() {
+fn a_read_error_is_answered_from_another_leg_and_repaired() {
     let l = legs(2);
     let fs = open_fs(&l);
     let c = me();
     let (_, fh) = new_file(&fs, "f", b"good data", &c);
-    fail(&fs, 0, "read", Errno::EIO, None);
+    // Leg 0's copy goes bad under the mirror, and its next read fails.
+    std::fs::write(l.paths[0].join("f"), b"bad! data").unwrap();
+    fail(&fs, 0, "read", Errno::EIO, Some(1));
+    assert_eq!(fs.read(fh, 0, 64, 1).unwrap().as_slice(), b"good data");
+    // Answered from leg 1, and the range rewritten on leg 0, which stays in the mirror.
+    assert_eq!(fs.mirror().in_sync_legs(), vec![0, 1]);
+    assert_eq!(std::fs::read(l.paths[0].join("f")).unwrap(), b"good data");
+    let c0 = &fs.mirror().leg(0).counters;
+    assert_eq!(c0.read_errors.load(Ordering::Relaxed), 1);
+    assert_eq!(c0.read_repairs.load(Ordering::Relaxed), 1);
+    fs.release(fh).unwrap();
+}
+
+#[test]
+fn a_leg_whose_repair_fails_or_that_keeps_failing_is_dropped() {
+    let l = legs(2);
+    let fs = open_fs(&l);
+    let c = me();
+    let (_, fh) = new_file(&fs, "f", b"good data", &c);
+    fail(&fs, 0, "read", Errno::EIO, Some(1));
+    fail(&fs, 0, "repair", Errno::EIO, Some(1));
     assert_eq!(fs.read(fh, 0, 64, 1).unwrap().as_slice(), b"good data");
     assert_eq!(fs.mirror().in_sync_legs(), vec![1]);
     fs.release(fh).unwrap();
+
+    let l = legs(2);
+    let fs = open_fs(&l);
+    let (_, fh) = new_file(&fs, "f", b"good data", &c);
+    fail(&fs, 0, "read", Errno::EIO, None);
+    for _ in 0..mirrorfs::mirror::MAX_READ_ERRORS {
+        assert_eq!(fs.read(fh, 0, 64, 1).unwrap().as_slice(), b"good data");
+        assert_eq!(fs.mirror().in_sync_legs(), vec![0, 1]);
+    }
+    assert_eq!(fs.read(fh, 0, 64, 1).unwrap().as_slice(), b"good data");
+    assert_eq!(
+        fs.mirror().in_sync_legs(),
+        vec![1],
+        "dropped past the error budget"
+    );
+    fs.release(fh).unwrap();
+}
+
+#[test]
+fn the_free_space_reserve_refuses_a_write_before_any_leg_is_written() {
+    let l = legs(2);
+    let fs = open_fs(&l);
+    let c = me();
+    let (_, fh) = new_file(&fs, "f", b"start", &c);
+    // Leg 1 may take 1 MiB more before it reaches its reserve.
+    let (_, avail) = fs.mirror().leg(1).space().unwrap();
+    fs.mirror()
+        .leg(1)
+        .reserve
+        .store(avail - (1 << 20), Ordering::Relaxed);
+    let big = vec![7u8; 2 << 20];
+    assert_eq!(fs.write(fh, 5, &big).unwrap_err(), Errno::ENOSPC);
+    // Past the reserve already: not even a new name.
+    fs.mirror()
+        .leg(1)
+        .reserve
+        .store(avail + (1 << 30), Ordering::Relaxed);
+    assert_eq!(
+        fs.create(ROOT_INO, OsStr::new("g"), 0o644, libc::O_RDWR, &c)
+            .map(drop)
+            .unwrap_err(),
+        Errno::ENOSPC
+    );
+    // Nothing reached either leg, both stay in the mirror, and small writes still fit.
+    for p in &l.paths {
+        assert_eq!(std::fs::read(p.join("f")).unwrap(), b"start");
+        assert!(!p.join("g").exists());
+    }
+    assert_eq!(fs.mirror().in_sync_legs(), vec![0, 1]);
+    fs.mirror().leg(1).reserve.store(0, Ordering::Relaxed);
+    assert_eq!(fs.write(fh, 5, b"more").unwrap(), 4);
+    fs.release(fh).unwrap();
+    for p in &l.paths {
+        assert_eq!(std::fs::read(p.join("f")).unwrap(), b"startmore");
+    }
 }
 
 #[test]

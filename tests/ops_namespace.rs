@@ -720,37 +720,66 @@ fn mirrorfs_name_reserved(n: usize) {
             leg.display()
         );
     }
+    // The superblock must not change; the change logs beside it do (files are created below).
+    let superblocks = |leg: &std::path::Path| {
+        let mut t = snapshot_tree(&leg.join(".mirrorfs"));
+        t.retain(|k, _| k.as_os_str() == "superblock.json");
+        t
+    };
+    let meta_before: Vec<_> = m.legs().iter().map(|l| superblocks(l)).collect();
+    // At the root, `.mirrorfs` is the control file (an empty regular file, not listed): the
+    // legs' metadata folders never show through it.
     let r = m.path(".mirrorfs");
     assert_no_mirrorfs_leak(m.mnt());
-    assert_errno(File::open(&r), libc::ENOENT, "open .mirrorfs");
+    let mut buf = Vec::new();
+    File::open(&r)
+        .expect("open .mirrorfs for reading")
+        .read_to_end(&mut buf)
+        .unwrap();
+    assert!(buf.is_empty(), "the control file has contents");
     assert_errno(
         fs::read_dir(&r).map(|_| ()),
-        libc::ENOENT,
+        libc::ENOTDIR,
         "opendir .mirrorfs",
     );
     assert_errno(
-        lstat(m.path(".mirrorfs/anything")),
-        libc::ENOENT,
-        "lstat .mirrorfs/anything",
+        lstat(m.path(".mirrorfs/superblock.json")),
+        libc::ENOTDIR,
+        "lstat .mirrorfs/superblock.json",
     );
     assert_errno(
         File::create(m.path(".mirrorfs/x")),
-        libc::ENOENT,
+        libc::ENOTDIR,
         "create .mirrorfs/x",
     );
-    assert_errno(fs::remove_dir(&r), libc::ENOENT, "rmdir .mirrorfs");
-    assert_errno(fs::remove_file(&r), libc::ENOENT, "unlink .mirrorfs");
+    // Creating the name: it exists (the kernel answers from the lookup).
+    assert_errno(fs::create_dir(&r), libc::EEXIST, "mkdir .mirrorfs");
     assert_errno(
-        fs::rename(&r, m.path("stolen")),
-        libc::ENOENT,
-        "rename .mirrorfs away",
+        OpenOptions::new().write(true).create_new(true).open(&r),
+        libc::EEXIST,
+        "O_CREAT|O_EXCL .mirrorfs",
     );
-    assert_errno(fs::create_dir(&r), libc::EPERM, "mkdir .mirrorfs");
-    assert_errno(File::create(&r), libc::EPERM, "create .mirrorfs");
-    assert_errno(mkfifo(&r, 0o644), libc::EPERM, "mkfifo .mirrorfs");
-    assert_errno(symlink("x", &r), libc::EPERM, "symlink named .mirrorfs");
+    assert_errno(mkfifo(&r, 0o644), libc::EEXIST, "mkfifo .mirrorfs");
+    assert_errno(symlink("x", &r), libc::EEXIST, "symlink named .mirrorfs");
+    // Writing it: the open is refused; truncating it is a refused setattr.
+    assert_errno(File::create(&r), libc::EACCES, "create (O_TRUNC) .mirrorfs");
+    assert_errno(
+        OpenOptions::new().write(true).open(&r),
+        libc::EACCES,
+        "open .mirrorfs for writing",
+    );
+    assert_errno(truncate(&r, 0), libc::EPERM, "truncate .mirrorfs");
+    // Removing it: a directory operation on a file, or refused.
+    assert_errno(fs::remove_dir(&r), libc::ENOTDIR, "rmdir .mirrorfs");
+    assert_errno(fs::remove_file(&r), libc::EPERM, "unlink .mirrorfs");
     fs::write(m.path("f"), b"f").unwrap();
     fs::create_dir(m.path("d")).unwrap();
+    // Renaming or linking it away, or something over it: refused.
+    assert_errno(
+        fs::rename(&r, m.path("stolen")),
+        libc::EPERM,
+        "rename .mirrorfs away",
+    );
     assert_errno(
         fs::rename(m.path("f"), &r),
         libc::EPERM,
@@ -758,25 +787,42 @@ fn mirrorfs_name_reserved(n: usize) {
     );
     assert_errno(
         fs::rename(m.path("d"), &r),
-        libc::EPERM,
-        "rename a dir to .mirrorfs",
+        libc::ENOTDIR,
+        "rename a dir to .mirrorfs (over a file)",
     );
     assert_errno(
         renameat2(m.path("f"), &r, libc::RENAME_EXCHANGE),
-        libc::ENOENT,
+        libc::EPERM,
         "RENAME_EXCHANGE with .mirrorfs",
     );
     assert_errno(
+        renameat2(m.path("f"), &r, libc::RENAME_NOREPLACE),
+        libc::EEXIST,
+        "RENAME_NOREPLACE to .mirrorfs",
+    );
+    assert_errno(
         fs::hard_link(m.path("f"), &r),
-        libc::EPERM,
+        libc::EEXIST,
         "link a file as .mirrorfs",
     );
+    assert_errno(
+        fs::hard_link(&r, m.path("hl")),
+        libc::EPERM,
+        "link .mirrorfs to another name",
+    );
+    assert_errno(lstat(m.path("stolen")), libc::ENOENT, "lstat stolen");
+    assert_errno(lstat(m.path("hl")), libc::ENOENT, "lstat hl");
+    assert_eq!(fs::read(m.path("f")).unwrap(), b"f");
+    assert!(m.path("d").is_dir());
     assert_no_mirrorfs_leak(m.mnt());
-    for leg in m.legs() {
-        assert!(
-            leg.join(".mirrorfs").is_dir(),
-            "{}/.mirrorfs is gone after the attempts through the mount",
-            leg.display()
+    for (i, leg) in m.legs().iter().enumerate() {
+        assert_snapshot_eq(
+            &meta_before[i],
+            &superblocks(leg),
+            &format!(
+                "{}/.mirrorfs/superblock.json after the attempts through the mount",
+                leg.display()
+            ),
         );
     }
     // Only the root-level name is reserved: below the root it is an ordinary name.

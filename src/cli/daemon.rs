@@ -10,8 +10,8 @@ use super::Args;
 use crate::config::MountConfig;
 use crate::fs::{FsConfig, MirrorFs};
 use crate::fuse::{CacheTimeouts, MirrorFuse};
-use crate::leg::Leg;
-use crate::meta::array::ArrayPlan;
+use crate::leg::{Leg, LegState};
+use crate::meta::array::{ArrayPlan, PlannedLeg};
 use crate::sys;
 use std::io::{Read, Write};
 use std::sync::Arc;
@@ -26,9 +26,30 @@ struct Prepared {
 
 fn prepare(args: &Args) -> Result<Prepared, Vec<String>> {
     let config = MountConfig::parse(&args.options)?;
-    let checked = validate(&args.legs, &args.mountpoint).map_err(|e| vec![e])?;
-    let plan = ArrayPlan::prepare(&checked.shown, &checked.legs, checked.some_leg_is_fs_root)
-        .map_err(|e| vec![e])?;
+    let checked = match validate(&args.legs, &args.mountpoint, config.degraded) {
+        Ok(c) => c,
+        Err(e) => {
+            // A leg that is not there: say whether the others could serve without it.
+            let others_can_serve = !config.degraded
+                && validate(&args.legs, &args.mountpoint, true).is_ok_and(|c| {
+                    ArrayPlan::prepare(&c.shown, &c.legs, &c.missing, c.some_leg_is_fs_root, true)
+                        .is_ok_and(|p| !p.is_new)
+                });
+            return Err(vec![if others_can_serve {
+                format!("{e}; mount with -o degraded to serve from the other legs")
+            } else {
+                e
+            }]);
+        }
+    };
+    let plan = ArrayPlan::prepare(
+        &checked.shown,
+        &checked.legs,
+        &checked.missing,
+        checked.some_leg_is_fs_root,
+        config.degraded,
+    )
+    .map_err(|e| vec![e])?;
     Ok(Prepared {
         config,
         checked,
@@ -99,9 +120,26 @@ fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), Stri
     sys::block_termination_signals();
     let mut legs = Vec::new();
     for (i, path) in p.checked.legs.iter().enumerate() {
-        let leg = Leg::open(i, path)
-            .map_err(|e| fail(&mut ready, format!("leg '{}': {e}", p.checked.shown[i])))?;
+        let spec = &p.checked.specs[i];
+        let leg = match &p.plan.states[i] {
+            PlannedLeg::InSync => Leg::open(i, path, spec)
+                .map_err(|e| fail(&mut ready, format!("leg '{}': {e}", p.checked.shown[i])))?,
+            PlannedLeg::Missing(why) => {
+                log::error!("DEGRADED: {why}; serving from the other legs");
+                Leg::absent(i, path, spec, LegState::Missing)
+            }
+            PlannedLeg::Stale(why) => {
+                log::error!("DEGRADED: {why}; it is left alone, serving from the other legs");
+                Leg::absent(i, path, spec, LegState::Stale)
+            }
+        };
         legs.push(leg);
+    }
+    if p.plan.crashed {
+        log::warn!(
+            "the mirror was not cleanly unmounted (crash or power loss): files being written \
+             then may differ between the legs until they are written again or resynced"
+        );
     }
     let names: Vec<String> = legs.iter().map(|l| l.name.clone()).collect();
     let policy = crate::policy::by_name(&p.config.read_policy, &names).ok_or_else(|| {
@@ -119,8 +157,13 @@ fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), Stri
         threads_per_leg: p.config.threads,
         fd_budget: (nofile / 2) as usize,
         open_fd_budget: open_fd_budget(nofile as usize, p.config.threads, legs.len()),
+        mount: p.checked.mountpoint.clone(),
+        options: p.config.as_keys(&p.fsname),
+        fault_injection: p.config.fault_injection,
+        minfreespace: p.config.minfreespace,
+        write_intent: p.config.write_intent,
     };
-    let superblocks = p.plan.superblocks.iter().cloned().map(Some).collect();
+    let superblocks = p.plan.mounted_superblocks();
     let fs = MirrorFs::new(legs, superblocks, policy, fs_config)
         .map_err(|e| fail(&mut ready, format!("cannot open the legs: {e}")))?;
     let fs = Arc::new(fs);
@@ -143,6 +186,22 @@ fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), Stri
         let _ = session.unmount();
         return Err(fail(&mut ready, e));
     }
+    let sweeper = Arc::downgrade(&fs);
+    std::thread::Builder::new()
+        .name("changes".into())
+        .spawn(move || {
+            // Flushes the away logs and clears idle write-intent entries, every second,
+            // until the filesystem is gone or unmounting.
+            while let Some(fs) = sweeper.upgrade() {
+                if fs.mirror().is_stopping() {
+                    break;
+                }
+                fs.mirror().sweep_changes();
+                drop(fs);
+                std::thread::sleep(std::time::Duration::from_secs(1));
+            }
+        })
+        .map_err(|e| fail(&mut ready, format!("cannot start the sweeper thread: {e}")))?;
     let mut unmounter = session.unmount_callable();
     std::thread::Builder::new()
         .name("signals".into())

@@ -1,14 +1,35 @@
 //! The `mirrorfs` command: parse, validate, daemonize, mount, serve.
 
 mod args;
+mod control;
 mod daemon;
+mod iostat;
 mod logging;
+mod status;
 mod validate;
 
 pub use args::Args;
 
 /// Runs the command and returns the process exit status.
 pub fn run(argv: Vec<std::ffi::OsString>) -> i32 {
+    // Subcommands come first; a leg literally called "status" is written "./status".
+    if let Some(cmd) = argv.get(1).and_then(|a| a.to_str()) {
+        let rest = || -> Vec<String> {
+            argv[2..]
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect()
+        };
+        if matches!(cmd, "status" | "iostat" | "get" | "set" | "list") {
+            crate::sys::default_sigpipe();
+        }
+        match cmd {
+            "status" => return status::run(&rest()),
+            "iostat" => return iostat::run(&rest()),
+            "get" | "set" | "list" => return control::run(cmd, &rest()),
+            _ => {}
+        }
+    }
     let args = match args::parse(argv) {
         Ok(a) => a,
         Err(code) => return code,

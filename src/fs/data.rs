@@ -1,21 +1,31 @@
 //! Opening files and moving their data.
 
 use super::handle::{Admission, OpenFile};
+use super::inode::Inode;
 use super::{agree, Caller, Entry, MirrorFs};
 use crate::errno::{Errno, Result};
 use crate::leg::LegIdx;
-use crate::policy::ReadRequest;
+use crate::mirror::outcome::DropReason;
+use crate::mirror::FailedRead;
+use crate::policy::{ReadPlan, ReadRequest};
 use crate::sys;
 use crate::sys::aligned::AlignedBuf;
 use crate::sys::creds::CallerCredsGuard;
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// Data read from a leg.
 pub enum ReadData {
     Plain(Vec<u8>),
     Aligned(AlignedBuf, usize),
+}
+
+impl crate::mirror::ReadLen for ReadData {
+    fn len(&self) -> usize {
+        self.as_slice().len()
+    }
 }
 
 impl ReadData {
@@ -49,6 +59,14 @@ fn open_maybe_direct(flags: i32, open: impl Fn(i32) -> Result<OwnedFd>) -> Resul
 impl MirrorFs {
     /// Opens the regular file `ino` on every in-sync leg.
     pub fn open(&self, ino: u64, flags: i32) -> Result<u64> {
+        if ino == super::inode::CONTROL_INO {
+            // Readable (it is empty); its keys are xattrs, not contents.
+            return if flags & libc::O_ACCMODE == libc::O_RDONLY && flags & libc::O_TRUNC == 0 {
+                Ok(super::control::CONTROL_FH)
+            } else {
+                Err(Errno::EACCES)
+            };
+        }
         let inode = self.inodes.get(ino)?;
         if !inode.is_regular() {
             // Only regular files reach here (the kernel opens special files itself); never open
@@ -60,6 +78,9 @@ impl MirrorFs {
             });
         }
         let flags = leg_open_flags(flags);
+        if flags & libc::O_TRUNC != 0 {
+            self.will_change(&inode);
+        }
         let legs = self.mirror.in_sync_legs();
         let admission = self.handles.admit(legs.len())?;
         let opened = self.mirror.fan_out(&legs, "open", |leg| {
@@ -104,7 +125,9 @@ impl MirrorFs {
         let _dir = p.dir_lock.write();
         let flags = leg_open_flags(flags);
         let legs = self.mirror.in_sync_legs();
+        self.mirror.check_space(&legs, 0)?;
         let admission = self.handles.admit(legs.len())?;
+        self.will_change(&p);
         let made = self.mirror.fan_out(&legs, "create", |leg| {
             let dir = p.fd(leg)?;
             let dir = dir.as_fd();
@@ -132,34 +155,127 @@ impl MirrorFs {
     /// Reads from the one leg the read policy picks; an I/O error there is retried on another
     /// in-sync leg (and the failing leg dropped).
     pub fn read(&self, fh: u64, offset: u64, size: u32, pid: u32) -> Result<ReadData> {
+        if fh == super::control::CONTROL_FH {
+            return Ok(ReadData::Plain(Vec::new()));
+        }
         let h = self.handles.file(fh)?;
+        let now_us = self.mirror.now_us();
+        let (stream_id, stream) = h.streams.lock().observe(offset, size, now_us);
         let req = ReadRequest {
             pid,
             file: h.inode.ino,
             offset,
             size,
-            ..Default::default()
+            now_us,
+            stream,
         };
-        let data = self.mirror.read_from(&h.legs(), &req, "read", |leg| {
-            let fd = h.fd(leg)?;
-            let fd = fd.as_fd();
-            let data = if h.is_direct(leg) {
-                let mut buf = AlignedBuf::new(size as usize);
-                let n = sys::fd::pread_full(fd, buf.as_mut_slice(), offset)?;
-                ReadData::Aligned(buf, n)
-            } else {
-                let mut buf = vec![0u8; size as usize];
-                let n = sys::fd::pread_full(fd, &mut buf, offset)?;
+        let mut wanted: Vec<u32> = Vec::new();
+        let pieces = self.mirror.read_routed(
+            &h.legs(),
+            &req,
+            "read",
+            |plan| {
+                wanted = match plan {
+                    ReadPlan::One(_) => vec![size],
+                    ReadPlan::Split(p) => p.iter().map(|x| x.len).collect(),
+                };
+                h.streams.lock().record(stream_id, plan, size, now_us)
+            },
+            |leg, offset, len| {
+                let fd = h.fd(leg)?;
+                let fd = fd.as_fd();
+                let data = if h.is_direct(leg) {
+                    let mut buf = AlignedBuf::new(len as usize);
+                    let n = sys::fd::pread_full(fd, buf.as_mut_slice(), offset)?;
+                    ReadData::Aligned(buf, n)
+                } else {
+                    let mut buf = vec![0u8; len as usize];
+                    let n = sys::fd::pread_full(fd, &mut buf, offset)?;
+                    buf.truncate(n);
+                    ReadData::Plain(buf)
+                };
+                let c = &self.mirror.leg(leg).counters;
+                c.read_ops.fetch_add(1, Ordering::Relaxed);
+                c.read_bytes
+                    .fetch_add(data.as_slice().len() as u64, Ordering::Relaxed);
+                Ok(data)
+            },
+        );
+        h.streams.lock().done(stream_id);
+        let outcome = pieces?;
+        for f in &outcome.failed {
+            self.repair_range(&h.inode, f);
+        }
+        let mut pieces = outcome.data;
+        if pieces.len() == 1 {
+            return Ok(pieces.pop().expect("one piece"));
+        }
+        // A split read: the pieces in order, up to the first short one (the end of the file;
+        // a later piece could only hold data if the file grew meanwhile).
+        let mut out = Vec::with_capacity(size as usize);
+        for (p, want) in pieces.iter().zip(wanted) {
+            out.extend_from_slice(p.as_slice());
+            if p.as_slice().len() < want as usize {
+                break;
+            }
+        }
+        Ok(ReadData::Plain(out))
+    }
+
+    /// Read-repair: copies the range that failed on `f.leg` from another in-sync leg (one that
+    /// did not fail), as md and btrfs do. Runs under the file's data lock, so no write races
+    /// with the copy. If the copy cannot be written, the leg is dropped.
+    fn repair_range(&self, inode: &Arc<Inode>, f: &FailedRead) {
+        let _data = inode.data_lock.write();
+        let bad = f.leg;
+        if !self.mirror.leg(bad).is_in_sync() {
+            return;
+        }
+        let good = self
+            .mirror
+            .in_sync_legs()
+            .into_iter()
+            .filter(|&l| l != bad)
+            .find_map(|l| {
+                let fd = sys::fd::reopen(inode.fd(l).ok()?.as_fd(), libc::O_RDONLY).ok()?;
+                let mut buf = vec![0u8; f.len as usize];
+                let n = sys::fd::pread_full(fd.as_fd(), &mut buf, f.offset).ok()?;
                 buf.truncate(n);
-                ReadData::Plain(buf)
-            };
-            let c = &self.mirror.leg(leg).counters;
-            c.read_ops.fetch_add(1, Ordering::Relaxed);
-            c.read_bytes
-                .fetch_add(data.as_slice().len() as u64, Ordering::Relaxed);
-            Ok(data)
-        })?;
-        Ok(data)
+                Some(buf)
+            });
+        let Some(good) = good else {
+            log::error!(
+                "read-repair of inode {} at {}: no other leg could read the range",
+                inode.ino,
+                f.offset
+            );
+            return;
+        };
+        let r = self
+            .mirror
+            .check_fault_file(bad, "repair", Some(inode.ino))
+            .and_then(|()| sys::fd::reopen(inode.fd(bad)?.as_fd(), libc::O_WRONLY))
+            .and_then(|fd| sys::fd::pwrite_full(fd.as_fd(), &good, f.offset));
+        let leg = self.mirror.leg(bad);
+        match r {
+            Ok(_) => {
+                leg.counters.read_repairs.fetch_add(1, Ordering::Relaxed);
+                log::warn!(
+                    "leg {} ('{}'): repaired {} bytes at {} of inode {} after {:?}",
+                    bad,
+                    leg.path.display(),
+                    good.len(),
+                    f.offset,
+                    inode.ino,
+                    f.errno
+                );
+            }
+            Err(e) => {
+                leg.counters.write_errors.fetch_add(1, Ordering::Relaxed);
+                self.mirror
+                    .mark_failed(bad, "read-repair", DropReason::LegFault(e));
+            }
+        }
     }
 
     /// Writes to every in-sync leg in parallel. A leg that fails is dropped and the write
@@ -171,26 +287,26 @@ impl MirrorFs {
             .iter()
             .any(|&l| h.is_direct(l))
             .then(|| AlignedBuf::copy_of(data));
-        let written = self.mirror.fan_out(&legs, "write", |leg| {
-            let fd = h.fd(leg)?;
-            let fd = fd.as_fd();
-            let buf = match (&aligned, h.is_direct(leg)) {
-                (Some(a), true) => a.as_slice(),
-                _ => data,
-            };
-            let r = sys::fd::pwrite_full(fd, buf, offset);
-            let c = &self.mirror.leg(leg).counters;
-            match r {
-                Ok(n) => {
-                    c.write_ops.fetch_add(1, Ordering::Relaxed);
-                    c.write_bytes.fetch_add(n as u64, Ordering::Relaxed);
-                }
-                Err(_) => {
-                    c.write_errors.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            r
-        })?;
+        self.mirror.check_space(&legs, data.len() as u64)?;
+        self.will_change(&h.inode);
+        let _data = h.inode.data_lock.read();
+        let written = self
+            .mirror
+            .fan_out_file(&legs, "write", Some(h.inode.ino), |leg| {
+                let fd = h.fd(leg)?;
+                let fd = fd.as_fd();
+                let buf = match (&aligned, h.is_direct(leg)) {
+                    (Some(a), true) => a.as_slice(),
+                    _ => data,
+                };
+                // Errors are counted where the legs' answers are reconciled (a leg fault drops the
+                // leg and counts a write error there; a caller error is no error of the leg's).
+                let n = sys::fd::pwrite_full(fd, buf, offset)?;
+                let c = &self.mirror.leg(leg).counters;
+                c.write_ops.fetch_add(1, Ordering::Relaxed);
+                c.write_bytes.fetch_add(n as u64, Ordering::Relaxed);
+                Ok(n)
+            })?;
         h.wrote.store(true, Ordering::Relaxed);
         agree(&self.mirror, "write", &written)
     }
@@ -212,11 +328,17 @@ impl MirrorFs {
     }
 
     pub fn flush(&self, fh: u64) -> Result<()> {
+        if fh == super::control::CONTROL_FH {
+            return Ok(());
+        }
         let h = self.handles.file(fh)?;
         self.align_mtimes(&h)
     }
 
     pub fn release(&self, fh: u64) -> Result<()> {
+        if fh == super::control::CONTROL_FH {
+            return Ok(());
+        }
         let r = match self.handles.file(fh) {
             Ok(h) => self.align_mtimes(&h),
             Err(e) => Err(e),
@@ -226,6 +348,9 @@ impl MirrorFs {
     }
 
     pub fn fsync(&self, fh: u64, datasync: bool) -> Result<()> {
+        if fh == super::control::CONTROL_FH {
+            return Ok(());
+        }
         let h = self.handles.file(fh)?;
         self.align_mtimes(&h)?;
         let legs = self.writable_legs(&h);
@@ -237,6 +362,11 @@ impl MirrorFs {
     pub fn fallocate(&self, fh: u64, offset: u64, length: u64, mode: i32) -> Result<()> {
         let h = self.handles.file(fh)?;
         let legs = self.writable_legs(&h);
+        let frees = mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_COLLAPSE_RANGE) != 0;
+        self.mirror
+            .check_space(&legs, if frees { 0 } else { length })?;
+        self.will_change(&h.inode);
+        let _data = h.inode.data_lock.read();
         self.mirror.fan_out(&legs, "fallocate", |leg| {
             sys::fd::fallocate(h.fd(leg)?, mode, offset, length)
         })?;
@@ -266,6 +396,9 @@ impl MirrorFs {
             .into_iter()
             .filter(|&l| hi.fd(l).is_ok())
             .collect();
+        self.mirror.check_space(&legs, len)?;
+        self.will_change(&ho.inode);
+        let _data = ho.inode.data_lock.read();
         let copied = self.mirror.fan_out(&legs, "copy_file_range", |leg| {
             sys::fd::copy_file_range_full(hi.fd(leg)?, off_in, ho.fd(leg)?, off_out, len)
         })?;

@@ -3,6 +3,7 @@
 use super::inode::Inode;
 use crate::errno::{Errno, Result};
 use crate::leg::LegIdx;
+use crate::policy::stream::StreamTracker;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -31,6 +32,8 @@ pub struct OpenFile {
     direct: Vec<bool>,
     /// Data was written since the last time the legs' mtimes were made equal.
     pub wrote: AtomicBool,
+    /// The read streams of this open file (for the read policy).
+    pub streams: Mutex<StreamTracker>,
 }
 
 impl OpenFile {
@@ -47,6 +50,7 @@ impl OpenFile {
             fds,
             direct,
             wrote: AtomicBool::new(false),
+            streams: Mutex::new(StreamTracker::new()),
         }
     }
 

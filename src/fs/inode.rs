@@ -31,6 +31,9 @@ use std::sync::{Arc, Weak};
 /// The root's inode number (FUSE's `FUSE_ROOT_ID`).
 pub const ROOT_INO: u64 = 1;
 
+/// The control file `MOUNT/.mirrorfs`'s inode number (never given to a file on the legs).
+pub const CONTROL_INO: u64 = 2;
+
 /// One object of the mirror.
 pub struct Inode {
     pub ino: u64,
@@ -47,6 +50,11 @@ pub struct Inode {
     /// entries (on all legs), and for reading by lookups in it, so that a lookup never sees one
     /// leg before a change and another after it. Lock order: by ascending inode number.
     pub dir_lock: RwLock<()>,
+    /// For regular files: taken for reading by every change of the data (write, truncate,
+    /// fallocate, copy_file_range; they run in parallel), and for writing by whoever copies
+    /// data from one leg to another (read-repair, resync), so that a copy never puts back
+    /// data older than a write that raced with it.
+    pub data_lock: RwLock<()>,
 }
 
 /// One object on one leg.
@@ -298,7 +306,7 @@ impl InodeTable {
             live: HashMap::new(),
             identity: HashMap::new(),
             ids_of: HashMap::new(),
-            next_ino: ROOT_INO + 1,
+            next_ino: CONTROL_INO + 1,
         };
         inner.bind(ROOT_INO, root_ids);
         inner.live.insert(
@@ -319,6 +327,7 @@ impl InodeTable {
                     open_files: AtomicUsize::new(0),
                     cache: cache.clone(),
                     dir_lock: RwLock::new(()),
+                    data_lock: RwLock::new(()),
                 }),
                 lookups: 1,
             },
@@ -395,6 +404,7 @@ impl InodeTable {
             open_files: AtomicUsize::new(0),
             cache: self.cache.clone(),
             dir_lock: RwLock::new(()),
+            data_lock: RwLock::new(()),
         });
         inner.live.insert(
             ino,
@@ -424,7 +434,7 @@ impl InodeTable {
 
     /// The kernel drops `n` lookups of `ino`; at zero the inode and its descriptors go.
     pub fn forget(&self, ino: u64, n: u64) {
-        if ino == ROOT_INO {
+        if ino == ROOT_INO || ino == CONTROL_INO {
             return;
         }
         let mut inner = self.inner.lock();

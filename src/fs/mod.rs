@@ -13,6 +13,7 @@ pub mod attr;
 pub mod handle;
 pub mod inode;
 
+mod control;
 mod data;
 mod dir;
 mod namespace;
@@ -27,7 +28,7 @@ use crate::policy::ReadPolicy;
 use crate::sys;
 use fuser::FileAttr;
 use handle::HandleTable;
-use inode::{Identity, Inode, InodeTable, ROOT_INO};
+use inode::{Identity, Inode, InodeTable, CONTROL_INO, ROOT_INO};
 use std::ffi::{CString, OsStr};
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
@@ -95,6 +96,21 @@ pub struct FsConfig {
     /// Most leg descriptors open files may hold together; an open beyond it gets ENFILE
     /// before any leg is touched.
     pub open_fd_budget: usize,
+    /// The mount point (`user.mirrorfs.mount`).
+    pub mount: std::path::PathBuf,
+    /// The mount options as `user.mirrorfs.<key>` shows them.
+    pub options: Vec<(String, String)>,
+    /// `user.mirrorfs.fault` accepts injected leg faults (tests only).
+    pub fault_injection: bool,
+    /// Free bytes every leg keeps (`minfreespace=`); `None`: 4 GiB, or 5% of the leg if less.
+    pub minfreespace: Option<u64>,
+    /// Keep the write-intent log (`write_intent=off` turns it off).
+    pub write_intent: bool,
+}
+
+/// The default reserve of a leg of `total` bytes.
+pub fn default_reserve(total: u64) -> u64 {
+    (4u64 << 30).min(total / 20)
 }
 
 /// The mirrored filesystem.
@@ -103,6 +119,8 @@ pub struct MirrorFs {
     inodes: InodeTable,
     handles: HandleTable,
     config: FsConfig,
+    /// When the filesystem was set up (uptime in the stats).
+    started: std::time::Instant,
 }
 
 impl MirrorFs {
@@ -116,6 +134,10 @@ impl MirrorFs {
         let mut root_fds = Vec::new();
         let mut root_ids = Vec::new();
         for leg in &legs {
+            if !leg.is_in_sync() {
+                root_fds.push(None);
+                continue;
+            }
             let fd = sys::fd::open_root(&leg.path)?;
             let st = sys::fd::fstat(std::os::fd::AsFd::as_fd(&fd))?;
             root_ids.push(Identity {
@@ -125,12 +147,27 @@ impl MirrorFs {
             });
             root_fds.push(Some(fd));
         }
-        let mirror = Mirror::new(legs, superblocks, config.threads_per_leg, policy);
+        for leg in &legs {
+            let reserve = match config.minfreespace {
+                Some(r) => r,
+                None => default_reserve(leg.space().map(|(total, _)| total).unwrap_or(0)),
+            };
+            leg.reserve
+                .store(reserve, std::sync::atomic::Ordering::Relaxed);
+        }
+        let mirror = Mirror::new(
+            legs,
+            superblocks,
+            config.threads_per_leg,
+            policy,
+            config.write_intent,
+        );
         Ok(MirrorFs {
             mirror,
             inodes: InodeTable::new(root_fds, &root_ids, config.fd_budget),
             handles: HandleTable::new(config.open_fd_budget),
             config,
+            started: std::time::Instant::now(),
         })
     }
 
@@ -153,10 +190,11 @@ impl MirrorFs {
         self.handles.len()
     }
 
-    /// Names at the root that belong to the legs, not to the mirror.
+    /// Names at the root that belong to the legs, not to the mirror (and the control file's).
     fn is_reserved(&self, parent: u64, name: &OsStr) -> bool {
         parent == ROOT_INO
-            && crate::meta::tree_compare::is_foreign_root_name(name, self.config.hide_lost_found)
+            && (crate::meta::tree_compare::is_foreign_root_name(name, self.config.hide_lost_found)
+                || name == control::CONTROL_NAME)
     }
 
     /// Checks a name for a lookup: too long, or reserved (`ENOENT`: it does not exist here).
@@ -182,6 +220,30 @@ impl MirrorFs {
             return Err(Errno::EINVAL);
         }
         CString::new(name.as_bytes()).map_err(|_| Errno::EINVAL)
+    }
+
+    /// Records durably that `inode` is about to change (write-intent and away logs; see
+    /// [`crate::meta::changes`]). Call before the change reaches any leg.
+    fn will_change(&self, inode: &InodeRef) {
+        self.mirror
+            .will_change(inode.ino, || self.leg_relpath(inode));
+    }
+
+    /// The path of `inode` relative to the legs' root (`.` for the root), from the metadata
+    /// leg; `None` when it has none (deleted while open).
+    fn leg_relpath(&self, inode: &InodeRef) -> Option<Vec<u8>> {
+        let leg = self.mirror.metadata_leg();
+        let p = sys::fd::path_of(inode.fd(leg).ok()?.as_fd()).ok()?;
+        let rel = p.strip_prefix(&self.mirror.leg(leg).path).ok()?;
+        let bytes = rel.as_os_str().as_bytes();
+        if bytes.ends_with(b" (deleted)") {
+            return None;
+        }
+        Some(if bytes.is_empty() {
+            b".".to_vec()
+        } else {
+            bytes.to_vec()
+        })
     }
 
     /// Runs a cheap query on the metadata leg, falling back to the next in-sync leg (and
@@ -240,6 +302,9 @@ impl MirrorFs {
     }
 
     pub fn getattr(&self, ino: u64) -> Result<FileAttr> {
+        if ino == CONTROL_INO {
+            return Ok(self.control_attr());
+        }
         let inode = self.inodes.get(ino)?;
         self.stat_inode(&inode)
     }
@@ -253,7 +318,12 @@ impl MirrorFs {
         let legs = self.mirror.in_sync_legs();
         let mut out: Option<StatFs> = None;
         for leg in legs {
-            let st = match sys::fd::statvfs(self.mirror.leg(leg).root()) {
+            let st = match self
+                .mirror
+                .leg(leg)
+                .root()
+                .and_then(|r| sys::fd::statvfs(r))
+            {
                 Ok(st) => st,
                 Err(e) if is_leg_fault(e) => {
                     self.mirror
@@ -289,6 +359,13 @@ impl MirrorFs {
     }
 
     pub fn access(&self, ino: u64, mask: i32, caller: &Caller) -> Result<()> {
+        if ino == CONTROL_INO {
+            return if mask & libc::X_OK != 0 {
+                Err(Errno::EACCES)
+            } else {
+                Ok(())
+            };
+        }
         let inode = self.inodes.get(ino)?;
         if mask == libc::F_OK {
             return Ok(());

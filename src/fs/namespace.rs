@@ -11,10 +11,15 @@ use std::ffi::{CStr, OsStr};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 
-use super::inode::Identity;
+use super::inode::{Identity, CONTROL_INO};
 
 impl MirrorFs {
     pub fn lookup(&self, parent: u64, name: &OsStr) -> Result<Entry> {
+        if Self::is_control_name(parent, name) {
+            return Ok(Entry {
+                attr: self.control_attr(),
+            });
+        }
         let cname = self.name_for_lookup(parent, name)?;
         let p = self.inodes.get(parent)?;
         if !p.is_dir() {
@@ -95,6 +100,8 @@ impl MirrorFs {
         }
         let _dir = p.dir_lock.write();
         let legs = self.mirror.in_sync_legs();
+        self.mirror.check_space(&legs, 0)?;
+        self.will_change(&p);
         let found = self.mirror.fan_out(&legs, what, |leg| {
             let dir = p.fd(leg)?;
             let dir = dir.as_fd();
@@ -164,9 +171,13 @@ impl MirrorFs {
     }
 
     fn remove(&self, parent: u64, name: &OsStr, dir_entry: bool) -> Result<()> {
+        if Self::is_control_name(parent, name) {
+            return Err(Errno::EPERM);
+        }
         let cname = self.name_for_lookup(parent, name)?;
         let p = self.inodes.get(parent)?;
         let _dir = p.dir_lock.write();
+        self.will_change(&p);
         let legs = self.mirror.in_sync_legs();
         let what = if dir_entry { "rmdir" } else { "unlink" };
         self.mirror
@@ -193,6 +204,9 @@ impl MirrorFs {
         newname: &OsStr,
         flags: u32,
     ) -> Result<()> {
+        if Self::is_control_name(parent, name) {
+            return Err(Errno::EPERM);
+        }
         let old = self.name_for_lookup(parent, name)?;
         let new = self.name_for_change(newparent, newname)?;
         let p = self.inodes.get(parent)?;
@@ -207,6 +221,10 @@ impl MirrorFs {
             let b = np.dir_lock.write();
             (Some(p.dir_lock.write()), Some(b))
         };
+        self.will_change(&p);
+        if parent != newparent {
+            self.will_change(&np);
+        }
         let legs = self.mirror.in_sync_legs();
         self.mirror
             .fan_out(&legs, "rename", |leg| {
@@ -217,6 +235,9 @@ impl MirrorFs {
 
     /// A new name for `ino`; the reply carries fresh attributes (nlink and ctime moved).
     pub fn link(&self, ino: u64, newparent: u64, newname: &OsStr) -> Result<Entry> {
+        if ino == CONTROL_INO {
+            return Err(Errno::EPERM);
+        }
         let new = self.name_for_change(newparent, newname)?;
         let inode = self.inodes.get(ino)?;
         if inode.is_dir() {
@@ -224,6 +245,7 @@ impl MirrorFs {
         }
         let np = self.inodes.get(newparent)?;
         let _dir = np.dir_lock.write();
+        self.will_change(&np);
         let legs = self.mirror.in_sync_legs();
         self.mirror.fan_out(&legs, "link", |leg| {
             sys::fd::link_at(inode.fd(leg)?.as_fd(), np.fd(leg)?.as_fd(), &new)
@@ -232,6 +254,9 @@ impl MirrorFs {
     }
 
     pub fn setattr(&self, ino: u64, set: &SetAttr) -> Result<fuser::FileAttr> {
+        if ino == CONTROL_INO {
+            return Err(Errno::EPERM);
+        }
         let inode = self.inodes.get(ino)?;
         let now = sys::now_timespec();
         let resolve = |t: Option<TimeSpec>| match t {
@@ -246,7 +271,9 @@ impl MirrorFs {
             },
         };
         let (atime, mtime) = (resolve(set.atime), resolve(set.mtime));
+        self.will_change(&inode);
         let legs = self.mirror.in_sync_legs();
+        let _data = set.size.map(|_| inode.data_lock.read());
         self.mirror.fan_out(&legs, "setattr", |leg| {
             let fd = inode.fd(leg)?;
             let fd = fd.as_fd();

@@ -1,8 +1,9 @@
 //! Extended attributes: stored on every leg, read from the metadata leg.
 //!
-//! `user.mirrorfs.*` is mirrorfs's own namespace (control and statistics keys): such names are
-//! never stored on the legs.
+//! `user.mirrorfs.*` is mirrorfs's own namespace (control and statistics keys, see
+//! [`super::control`]): such names are never stored on the legs.
 
+use super::inode::CONTROL_INO;
 use super::{MirrorFs, XattrReply};
 use crate::errno::{Errno, Result};
 use crate::sys;
@@ -20,6 +21,11 @@ fn xattr_name(name: &OsStr) -> Result<CString> {
     CString::new(name.as_bytes()).map_err(|_| Errno::EINVAL)
 }
 
+/// The key of a `user.mirrorfs.<key>` name.
+fn control_key(name: &OsStr) -> Option<&str> {
+    std::str::from_utf8(name.as_bytes().strip_prefix(CONTROL_PREFIX)?).ok()
+}
+
 fn sized(value: Vec<u8>, len: usize, size: u32) -> Result<XattrReply> {
     if size == 0 {
         Ok(XattrReply::Size(len as u32))
@@ -33,7 +39,10 @@ fn sized(value: Vec<u8>, len: usize, size: u32) -> Result<XattrReply> {
 impl MirrorFs {
     pub fn setxattr(&self, ino: u64, name: &OsStr, value: &[u8], flags: i32) -> Result<()> {
         let cname = xattr_name(name)?;
-        if name.as_bytes().starts_with(CONTROL_PREFIX) {
+        if let Some(key) = control_key(name) {
+            return self.control_set(ino, key, value);
+        }
+        if ino == CONTROL_INO {
             return Err(Errno::EPERM);
         }
         let inode = self.inodes.get(ino)?;
@@ -43,6 +52,8 @@ impl MirrorFs {
             return Err(Errno::EPERM);
         }
         let legs = self.mirror.in_sync_legs();
+        self.mirror.check_space(&legs, value.len() as u64)?;
+        self.will_change(&inode);
         self.mirror
             .fan_out(&legs, "setxattr", |leg| {
                 sys::xattr::set(inode.fd(leg)?.as_fd(), &cname, value, flags)
@@ -52,8 +63,16 @@ impl MirrorFs {
 
     pub fn getxattr(&self, ino: u64, name: &OsStr, size: u32) -> Result<XattrReply> {
         let cname = xattr_name(name)?;
+        if let Some(key) = control_key(name) {
+            let v = self.control_get(ino, key)?;
+            let len = v.len();
+            return sized(v, len, size);
+        }
+        if ino == CONTROL_INO {
+            return Err(Errno::ENODATA);
+        }
         let inode = self.inodes.get(ino)?;
-        if inode.is_symlink() || name.as_bytes().starts_with(CONTROL_PREFIX) {
+        if inode.is_symlink() {
             return Err(Errno::ENODATA);
         }
         let (v, len) = self.on_metadata_leg("getxattr", |leg| {
@@ -63,6 +82,11 @@ impl MirrorFs {
     }
 
     pub fn listxattr(&self, ino: u64, size: u32) -> Result<XattrReply> {
+        if ino == CONTROL_INO {
+            let v = self.control_list();
+            let len = v.len();
+            return sized(v, len, size);
+        }
         let inode = self.inodes.get(ino)?;
         if inode.is_symlink() {
             return sized(Vec::new(), 0, size);
@@ -75,10 +99,17 @@ impl MirrorFs {
 
     pub fn removexattr(&self, ino: u64, name: &OsStr) -> Result<()> {
         let cname = xattr_name(name)?;
-        let inode = self.inodes.get(ino)?;
-        if inode.is_symlink() || name.as_bytes().starts_with(CONTROL_PREFIX) {
+        if let Some(key) = control_key(name) {
+            return self.control_remove(ino, key);
+        }
+        if ino == CONTROL_INO {
             return Err(Errno::ENODATA);
         }
+        let inode = self.inodes.get(ino)?;
+        if inode.is_symlink() {
+            return Err(Errno::ENODATA);
+        }
+        self.will_change(&inode);
         let legs = self.mirror.in_sync_legs();
         self.mirror
             .fan_out(&legs, "removexattr", |leg| {

@@ -135,7 +135,7 @@ impl Filesystem for MirrorFuse {
     }
 
     fn destroy(&mut self) {
-        self.fs.mirror().record_dropped_legs();
+        self.fs.mirror().mark_clean();
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {

@@ -1,10 +1,19 @@
-//! A leg: one backing directory, normally on its own disk, holding a full copy of the mirror.
+//! A leg: one backing directory, normally on its own disk, holding a full copy of the mirror,
+//! and what we know of it: the device under it, its live load, its counters.
+
+pub mod device;
+pub mod spec;
 
 use crate::errno::Result;
+use crate::policy::service_time::ServiceTime;
+use crate::policy::LegView;
 use crate::sys;
+use device::{LegDevice, RotationalSource};
+use parking_lot::Mutex;
+use spec::LegSpec;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 /// Position of a leg in the leg list given at mount (its slot).
 pub type LegIdx = usize;
@@ -16,6 +25,22 @@ pub enum LegState {
     InSync,
     /// Dropped after an I/O error or a disagreement; gets nothing until it is resynced.
     Failed,
+    /// Not there at mount (`-o degraded`): never touched.
+    Missing,
+    /// There at mount but behind the others (`-o degraded`): never touched until resynced.
+    Stale,
+}
+
+impl LegState {
+    /// The word the stats and `mirrorfs status` use (zpool's vocabulary where it has one).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LegState::InSync => "ONLINE",
+            LegState::Failed => "FAULTED",
+            LegState::Missing => "MISSING",
+            LegState::Stale => "STALE",
+        }
+    }
 }
 
 /// A backing directory and what we know of it.
@@ -26,11 +51,49 @@ pub struct Leg {
     /// The path given by the user (canonical).
     pub path: PathBuf,
     /// `O_PATH` descriptor of the leg's root directory.
-    root: OwnedFd,
+    root: Option<OwnedFd>,
     /// Device of the leg root.
     pub dev: u64,
+    /// The block device under the leg, if any.
+    pub device: LegDevice,
+    /// Effective rotational flag, and where it came from.
+    pub rotational: bool,
+    pub rotational_source: RotationalSource,
+    /// md's write-mostly: read only when no other in-sync leg can serve.
+    pub writemostly: bool,
     state: AtomicU8,
+    /// Our own reads and writes on this leg that are picked or running and not finished.
+    pub inflight: AtomicU32,
     pub counters: LegCounters,
+    /// What completed reads taught us: service times, and where the last read ended.
+    reads: Mutex<ReadHistory>,
+    /// Free space as last measured, less what was written since.
+    free: Mutex<FreeSpace>,
+    /// Bytes that must stay free on the leg (`minfreespace`).
+    pub reserve: AtomicU64,
+}
+
+/// A cached `statvfs` of the leg.
+struct FreeSpace {
+    measured: Option<std::time::Instant>,
+    /// Bytes available to us (f_bavail), less the bytes written since the measurement.
+    avail: u64,
+}
+
+/// What was known of a leg when a read was handed to it.
+#[derive(Clone, Copy, Debug)]
+pub struct HandOver {
+    /// It started where the leg's previous read ended (`None`: no previous read).
+    pub contiguous: Option<bool>,
+    /// Our other requests outstanding on the leg then.
+    pub queued: u32,
+}
+
+#[derive(Default)]
+struct ReadHistory {
+    service: ServiceTime,
+    /// (file, offset) where the last completed read on this leg ended.
+    last_end: Option<(u64, u64)>,
 }
 
 /// Plain per-leg counters (the stats issue exposes them).
@@ -42,37 +105,230 @@ pub struct LegCounters {
     pub write_bytes: AtomicU64,
     pub read_errors: AtomicU64,
     pub write_errors: AtomicU64,
+    /// Copies found to differ from the others (scrub, read verification).
+    pub checksum_errors: AtomicU64,
+    /// Ranges rewritten on this leg after it failed to read them (read-repair).
+    pub read_repairs: AtomicU64,
+    /// Reads (or pieces of split reads) the policy sent to this leg.
+    pub policy_picks: AtomicU64,
+    /// Times a stream moved onto this leg from another.
+    pub stream_switches: AtomicU64,
+    /// Split reads this leg served a piece of.
+    pub split_reads: AtomicU64,
+}
+
+impl LegCounters {
+    /// Zeroes every counter (`user.mirrorfs.stats_reset`).
+    pub fn reset(&self) {
+        for c in [
+            &self.read_ops,
+            &self.read_bytes,
+            &self.write_ops,
+            &self.write_bytes,
+            &self.read_errors,
+            &self.write_errors,
+            &self.checksum_errors,
+            &self.read_repairs,
+            &self.policy_picks,
+            &self.stream_switches,
+            &self.split_reads,
+        ] {
+            c.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Counts one of our own I/Os on a leg from the moment it is decided until it is dropped.
+pub struct InflightGuard<'a>(&'a AtomicU32);
+
+impl<'a> InflightGuard<'a> {
+    pub fn new(leg: &'a Leg) -> Self {
+        leg.inflight.fetch_add(1, Ordering::AcqRel);
+        InflightGuard(&leg.inflight)
+    }
+}
+
+impl Drop for InflightGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Leg {
-    /// Opens the leg root at `path`.
-    pub fn open(idx: LegIdx, path: &Path) -> Result<Leg> {
+    /// Opens the leg root at `path` (canonical) with the attributes of `spec`.
+    pub fn open(idx: LegIdx, path: &Path, spec: &LegSpec) -> Result<Leg> {
         let root = sys::fd::open_root(path)?;
         let st = sys::fd::fstat(root.as_fd())?;
-        Ok(Leg {
+        Ok(Leg::new(
             idx,
-            name: format!("leg{idx}"),
-            path: path.to_path_buf(),
-            root,
-            dev: st.st_dev,
-            state: AtomicU8::new(LegState::InSync as u8),
-            counters: LegCounters::default(),
-        })
+            path,
+            spec,
+            Some(root),
+            st.st_dev,
+            LegState::InSync,
+        ))
     }
 
-    pub fn root(&self) -> BorrowedFd<'_> {
-        self.root.as_fd()
+    /// A leg that is not there, or that must not be touched (`state` Missing or Stale): it
+    /// shows in the stats, and takes no part in anything.
+    pub fn absent(idx: LegIdx, path: &Path, spec: &LegSpec, state: LegState) -> Leg {
+        let dev = std::fs::metadata(path)
+            .map(|m| std::os::unix::fs::MetadataExt::dev(&m))
+            .unwrap_or(0);
+        Leg::new(idx, path, spec, None, dev, state)
+    }
+
+    fn new(
+        idx: LegIdx,
+        path: &Path,
+        spec: &LegSpec,
+        root: Option<OwnedFd>,
+        dev: u64,
+        state: LegState,
+    ) -> Leg {
+        let device = if dev == 0 {
+            LegDevice::none()
+        } else {
+            LegDevice::probe(dev)
+        };
+        let (rotational, rotational_source) = match (spec.rotational, device.rotational) {
+            (Some(r), _) => (r, RotationalSource::Option),
+            (None, Some(r)) => (r, RotationalSource::Sysfs),
+            (None, None) => (false, RotationalSource::Unknown),
+        };
+        Leg {
+            idx,
+            name: spec.name.clone().unwrap_or_else(|| format!("leg{idx}")),
+            path: path.to_path_buf(),
+            root,
+            dev,
+            device,
+            rotational,
+            rotational_source,
+            writemostly: spec.writemostly,
+            state: AtomicU8::new(state as u8),
+            inflight: AtomicU32::new(0),
+            counters: LegCounters::default(),
+            reads: Mutex::new(ReadHistory::default()),
+            free: Mutex::new(FreeSpace {
+                measured: None,
+                avail: 0,
+            }),
+            reserve: AtomicU64::new(0),
+        }
+    }
+
+    /// Opens a leg with no attributes (tests, tools).
+    pub fn open_plain(idx: LegIdx, path: &Path) -> Result<Leg> {
+        Leg::open(idx, path, &LegSpec::default())
+    }
+
+    /// The leg root's descriptor; ENODEV for a leg that is not there.
+    pub fn root(&self) -> Result<BorrowedFd<'_>> {
+        self.root
+            .as_ref()
+            .map(|r| r.as_fd())
+            .ok_or(crate::errno::Errno::ENODEV)
     }
 
     pub fn state(&self) -> LegState {
         match self.state.load(Ordering::Acquire) {
             0 => LegState::InSync,
-            _ => LegState::Failed,
+            1 => LegState::Failed,
+            2 => LegState::Missing,
+            _ => LegState::Stale,
         }
     }
 
     pub fn is_in_sync(&self) -> bool {
         self.state() == LegState::InSync
+    }
+
+    /// Service-time figures: mean µs of small reads, of large reads, and large-read bandwidth
+    /// in bytes per second (`None` until measured).
+    pub fn service_figures(&self) -> (Option<u64>, Option<u64>, Option<u64>) {
+        let r = self.reads.lock();
+        (
+            r.service.small_read_us().map(u64::from),
+            r.service.large_read_us().map(u64::from),
+            r.service.read_bandwidth(),
+        )
+    }
+
+    /// What a read policy may know of this leg now. Samples the device's in-flight count
+    /// (at most every 10 ms).
+    pub fn view(&self) -> LegView {
+        let mut v = LegView {
+            idx: self.idx,
+            rotational: self.rotational,
+            writemostly: self.writemostly,
+            inflight: self.inflight.load(Ordering::Acquire),
+            device_inflight: self.device.inflight(),
+            ..Default::default()
+        };
+        let r = self.reads.lock();
+        r.service.fill(&mut v);
+        v.last_read_end = r.last_end;
+        v
+    }
+
+    /// A read of `len` bytes at `offset` of `file` is handed to this leg (as md moves its
+    /// head position at submission): returns what [`record_read`](Self::record_read) needs
+    /// later.
+    pub fn hand_over(&self, file: u64, offset: u64, len: u32) -> HandOver {
+        let mut r = self.reads.lock();
+        let contiguous = r.last_end.map(|end| end == (file, offset));
+        r.last_end = Some((file, offset + u64::from(len)));
+        HandOver {
+            contiguous,
+            // Counted by the guard already taken for this read: the others.
+            queued: self.inflight.load(Ordering::Acquire).saturating_sub(1),
+        }
+    }
+
+    /// A read handed over as `h` completed after `elapsed_us` with `bytes`; `now_us` on the
+    /// mirror's clock, taken under this leg's lock so that completions are recorded in order.
+    pub fn record_read(&self, h: &HandOver, bytes: u64, elapsed_us: u64, now: impl Fn() -> u64) {
+        let mut r = self.reads.lock();
+        r.service
+            .record_queued(bytes, elapsed_us, now(), h.contiguous, Some(h.queued));
+    }
+
+    /// The filesystem's size and the bytes available now (measured).
+    pub fn space(&self) -> Result<(u64, u64)> {
+        let st = sys::fd::statvfs(self.root()?)?;
+        let frsize = st.f_frsize as u64;
+        let (total, avail) = (st.f_blocks as u64 * frsize, st.f_bavail as u64 * frsize);
+        let mut f = self.free.lock();
+        *f = FreeSpace {
+            measured: Some(std::time::Instant::now()),
+            avail,
+        };
+        Ok((total, avail))
+    }
+
+    /// Whether `need` more bytes fit on the leg without going below `reserve` free bytes.
+    /// Measures at most every 100 ms, and again whenever the estimate comes close to the line,
+    /// so that the answer is exact where it matters and cheap elsewhere. Counts `need` as
+    /// written when it fits.
+    pub fn take_space(&self, need: u64, reserve: u64) -> Result<bool> {
+        const FRESH: std::time::Duration = std::time::Duration::from_millis(100);
+        const MARGIN: u64 = 64 << 20;
+        {
+            let mut f = self.free.lock();
+            let fresh = f.measured.is_some_and(|t| t.elapsed() < FRESH);
+            if fresh && f.avail >= reserve.saturating_add(need).saturating_add(MARGIN) {
+                f.avail -= need;
+                return Ok(true);
+            }
+        }
+        let (_, avail) = self.space()?;
+        let fits = avail >= reserve.saturating_add(need);
+        if fits {
+            let mut f = self.free.lock();
+            f.avail = f.avail.saturating_sub(need);
+        }
+        Ok(fits)
     }
 
     /// Marks the leg failed; returns false if it already was.

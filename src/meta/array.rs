@@ -1,109 +1,330 @@
-//! Deciding, before anything is written, whether a set of legs forms one mirror.
+//! Deciding, before anything is written, whether a set of legs forms one mirror, and what
+//! state each leg is in.
 //!
-//! - No leg has a superblock: a new mirror. Its legs must hold the same tree (all empty, or
-//!   identical); mirrorfs never guesses which copy to keep. Superblocks are written only once
-//!   the mount is up ([`ArrayPlan::commit`]).
-//! - Every leg has one: they must name the same array, distinct slots, and no leg may have been
-//!   dropped by another (its copy may be behind; resync comes with the recovery work).
-//! - A mix: refused (adding a leg to an existing mirror is not supported yet).
+//! - No leg has a superblock: a new mirror. Every leg must be there and hold the same tree
+//!   (all empty, or identical); mirrorfs never guesses which copy to keep. Superblocks are
+//!   written only once the mount is up ([`ArrayPlan::commit`]).
+//! - Otherwise the legs with a superblock must name the same array and distinct leg ids.
+//!   A leg is **missing** when it does not exist, cannot be used, or has no superblock (the
+//!   empty mount point of a disk that is not mounted). A leg is **stale** when it is behind:
+//!   another leg recorded it as dropped or missing, or its event counter is lower. A missing
+//!   or stale leg refuses the mount unless `-o degraded` is given; then the others serve and
+//!   record it, and it is not touched. Two legs that each recorded the other as dropped were
+//!   used apart (split brain): always refused.
 
 use super::superblock::LegSuperblock;
 use super::tree_compare;
 use std::path::PathBuf;
 
+/// What the mount will do with one leg.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PlannedLeg {
+    /// Up to date: serves reads and takes writes.
+    InSync,
+    /// Not there or not usable; the reason, in words.
+    Missing(String),
+    /// There, but behind the others; the reason, in words.
+    Stale(String),
+}
+
 /// What mounting these legs means for their superblocks.
 #[derive(Debug)]
 pub struct ArrayPlan {
-    pub superblocks: Vec<LegSuperblock>,
+    /// By slot; `None` for a leg without one (missing).
+    pub superblocks: Vec<Option<LegSuperblock>>,
+    pub states: Vec<PlannedLeg>,
     /// True when the superblocks are new and still have to be written.
     pub is_new: bool,
+    /// Some in-sync leg was not cleanly unmounted: the mirror crashed or lost power.
+    pub crashed: bool,
     legs: Vec<PathBuf>,
 }
 
 impl ArrayPlan {
-    /// Checks the legs (given as shown to the user, and canonical) and plans the superblocks.
+    /// Checks the legs (given as shown to the user, and canonical; `missing[i]` says why leg
+    /// `i` cannot be used) and plans their states.
     pub fn prepare(
         shown: &[String],
         legs: &[PathBuf],
+        missing: &[Option<String>],
         hide_lost_found: bool,
+        degraded: bool,
     ) -> Result<ArrayPlan, String> {
-        let mut existing = Vec::new();
-        for (i, leg) in legs.iter().enumerate() {
-            let sb = LegSuperblock::read(leg).map_err(|e| format!("leg '{}': {e}", shown[i]))?;
-            existing.push(sb);
+        let n = legs.len();
+        let mut states: Vec<PlannedLeg> = missing
+            .iter()
+            .map(|m| match m {
+                Some(why) => PlannedLeg::Missing(why.clone()),
+                None => PlannedLeg::InSync,
+            })
+            .collect();
+        let mut existing: Vec<Option<LegSuperblock>> = vec![None; n];
+        for i in 0..n {
+            if states[i] == PlannedLeg::InSync {
+                existing[i] = LegSuperblock::read(&legs[i])
+                    .map_err(|e| format!("leg '{}': {e}", shown[i]))?;
+            }
         }
         let have = existing.iter().filter(|s| s.is_some()).count();
         if have == 0 {
+            if let Some(i) = states.iter().position(|s| *s != PlannedLeg::InSync) {
+                return Err(format!(
+                    "leg '{}' is missing, and a new mirror needs every leg",
+                    shown[i]
+                ));
+            }
             if let Some(d) = tree_compare::first_difference(legs, hide_lost_found) {
                 return Err(format!(
                     "legs differ at first mount: {d}; make them identical (or empty) first"
                 ));
             }
             let array_id = crate::sys::random_hex_id();
-            let superblocks = (0..legs.len())
-                .map(|slot| LegSuperblock::new(&array_id, slot, legs.len()))
+            let superblocks: Vec<LegSuperblock> = (0..n)
+                .map(|slot| LegSuperblock::new(&array_id, slot, n))
                 .collect();
+            let members: Vec<String> = superblocks.iter().map(|s| s.leg_id.clone()).collect();
             return Ok(ArrayPlan {
-                superblocks,
+                superblocks: superblocks
+                    .into_iter()
+                    .map(|mut s| {
+                        s.members = members.clone();
+                        Some(s)
+                    })
+                    .collect(),
+                states,
                 is_new: true,
+                crashed: false,
                 legs: legs.to_vec(),
             });
         }
-        if have < legs.len() {
-            let i = existing.iter().position(|s| s.is_none()).unwrap_or(0);
-            return Err(format!(
-                "leg '{}' is not part of this mirror (it has no superblock); adding a leg to \
-                 an existing mirror is not supported yet",
-                shown[i]
-            ));
-        }
-        let sbs: Vec<LegSuperblock> = existing.into_iter().flatten().collect();
-        for (i, sb) in sbs.iter().enumerate() {
-            if sb.array_id != sbs[0].array_id {
-                return Err(format!(
-                    "leg '{}' belongs to another mirror (array {}, not {})",
-                    shown[i], sb.array_id, sbs[0].array_id
+        // Present legs without a superblock are not (or no longer) members.
+        for i in 0..n {
+            if states[i] == PlannedLeg::InSync && existing[i].is_none() {
+                states[i] = PlannedLeg::Missing(format!(
+                    "leg '{}' has no superblock: it is not part of this mirror (a disk that is \
+                     not mounted?)",
+                    shown[i]
                 ));
             }
-            if let Some(j) = sbs[..i].iter().position(|o| o.leg_id == sb.leg_id) {
+        }
+        let present: Vec<usize> = (0..n).filter(|&i| existing[i].is_some()).collect();
+        let first = existing[present[0]].as_ref().expect("present");
+        for &i in &present {
+            let sb = existing[i].as_ref().expect("present");
+            if sb.array_id != first.array_id {
+                return Err(format!(
+                    "leg '{}' belongs to another mirror (array {}, not {})",
+                    shown[i], sb.array_id, first.array_id
+                ));
+            }
+            if let Some(&j) = present
+                .iter()
+                .take_while(|&&j| j < i)
+                .find(|&&j| existing[j].as_ref().expect("present").leg_id == sb.leg_id)
+            {
                 return Err(format!(
                     "legs '{}' and '{}' are the same leg (a copy of a leg's folder?)",
                     shown[j], shown[i]
                 ));
             }
         }
-        for (i, sb) in sbs.iter().enumerate() {
-            if let Some(j) = sbs.iter().position(|o| o.failed_legs.contains(&sb.leg_id)) {
-                return Err(format!(
-                    "leg '{}' was dropped from the mirror while '{}' carried on; its copy may be \
-                     out of date and must be resynced before use (not supported yet)",
+        let sb = |i: usize| existing[i].as_ref().expect("present");
+        // Split brain: each recorded the other as dropped.
+        for &i in &present {
+            for &j in &present {
+                if i < j
+                    && sb(i).failed_legs.contains(&sb(j).leg_id)
+                    && sb(j).failed_legs.contains(&sb(i).leg_id)
+                {
+                    return Err(format!(
+                        "legs '{}' and '{}' were each used without the other (each recorded \
+                         the other as dropped); their copies may both hold changes. Mount one \
+                         of them alone with -o degraded, and bring the other back as a new leg",
+                        shown[i], shown[j]
+                    ));
+                }
+            }
+        }
+        let max_events = present.iter().map(|&i| sb(i).events).max().unwrap_or(0);
+        for &i in &present {
+            let dropped_by = present
+                .iter()
+                .find(|&&j| sb(j).failed_legs.contains(&sb(i).leg_id));
+            if let Some(&j) = dropped_by {
+                states[i] = PlannedLeg::Stale(format!(
+                    "leg '{}' was dropped from the mirror while '{}' carried on; its copy is out \
+                     of date",
                     shown[i], shown[j]
+                ));
+            } else if sb(i).events < max_events {
+                states[i] = PlannedLeg::Stale(format!(
+                    "leg '{}' is behind the others (event {} of {max_events}); its copy is out \
+                     of date",
+                    shown[i],
+                    sb(i).events
                 ));
             }
         }
+        // Members the newest superblock knows of that were not given at all.
+        let newest = present
+            .iter()
+            .copied()
+            .max_by_key(|&i| sb(i).events)
+            .expect("one present");
+        let given_ids: Vec<&str> = present.iter().map(|&i| sb(i).leg_id.as_str()).collect();
+        let not_given = sb(newest)
+            .members
+            .iter()
+            .filter(|m| !given_ids.contains(&m.as_str()))
+            .count();
+        let absent_members = not_given.max(sb(newest).leg_count.saturating_sub(n));
+        if !states.contains(&PlannedLeg::InSync) {
+            return Err("no leg of the mirror is up to date and usable".into());
+        }
+        if !degraded {
+            for s in &states {
+                match s {
+                    PlannedLeg::InSync => {}
+                    PlannedLeg::Missing(why) | PlannedLeg::Stale(why) => {
+                        return Err(format!(
+                            "{why}; resync is not supported yet: mount with -o degraded to \
+                             serve from the other legs"
+                        ))
+                    }
+                }
+            }
+            if absent_members > n.saturating_sub(present.len()) {
+                return Err(format!(
+                    "the mirror has {} legs but {n} were given; mount with -o degraded to \
+                     serve from these",
+                    sb(newest).leg_count
+                ));
+            }
+        }
+        let crashed = present
+            .iter()
+            .any(|&i| states[i] == PlannedLeg::InSync && !sb(i).clean);
         Ok(ArrayPlan {
-            superblocks: sbs,
+            superblocks: existing,
+            states,
             is_new: false,
+            crashed,
             legs: legs.to_vec(),
         })
     }
 
-    /// Writes the superblocks of a new mirror.
-    pub fn commit(&self) -> Result<(), String> {
-        if !self.is_new {
-            return Ok(());
+    /// The superblocks as they are once the mount is up: every in-sync leg moves its event
+    /// counter on, is marked not clean (until the clean unmount), and records every leg that
+    /// is missing or stale, so that it cannot come back unnoticed.
+    pub fn mounted_superblocks(&self) -> Vec<Option<LegSuperblock>> {
+        let events = self
+            .superblocks
+            .iter()
+            .flatten()
+            .map(|s| s.events)
+            .max()
+            .unwrap_or(0)
+            + 1;
+        // Every member that is not serving: the stale legs by their own superblock, the
+        // missing ones by the member list of the newest superblock.
+        let serving: Vec<&str> = self
+            .superblocks
+            .iter()
+            .zip(&self.states)
+            .filter(|(_, st)| **st == PlannedLeg::InSync)
+            .filter_map(|(sb, _)| sb.as_ref().map(|s| s.leg_id.as_str()))
+            .collect();
+        let members = self
+            .superblocks
+            .iter()
+            .flatten()
+            .max_by_key(|s| s.events)
+            .map(|s| s.members.clone())
+            .unwrap_or_default();
+        let mut left_out: Vec<String> = self
+            .superblocks
+            .iter()
+            .flatten()
+            .map(|s| s.leg_id.clone())
+            .chain(members)
+            .filter(|id| !serving.contains(&id.as_str()))
+            .collect();
+        left_out.sort();
+        left_out.dedup();
+        self.superblocks
+            .iter()
+            .zip(&self.states)
+            .map(|(sb, st)| {
+                let mut sb = sb.clone()?;
+                if *st != PlannedLeg::InSync {
+                    return Some(sb);
+                }
+                sb.events = events;
+                sb.clean = false;
+                for id in &left_out {
+                    if !sb.failed_legs.contains(id) {
+                        sb.failed_legs.push(id.clone());
+                    }
+                }
+                Some(sb)
+            })
+            .collect()
+    }
+
+    /// Writes the in-sync legs' superblocks for the mount (see
+    /// [`mounted_superblocks`](Self::mounted_superblocks)); returns them.
+    pub fn commit(&self) -> Result<Vec<Option<LegSuperblock>>, String> {
+        let sbs = self.mounted_superblocks();
+        for ((sb, leg), st) in sbs.iter().zip(&self.legs).zip(&self.states) {
+            if let (Some(sb), PlannedLeg::InSync) = (sb, st) {
+                sb.write(leg).map_err(|e| {
+                    format!("cannot write the superblock on '{}': {e}", leg.display())
+                })?;
+            }
         }
-        for (sb, leg) in self.superblocks.iter().zip(&self.legs) {
-            sb.write(leg)
-                .map_err(|e| format!("cannot write the superblock on '{}': {e}", leg.display()))?;
-        }
-        Ok(())
+        Ok(sbs)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn missing_and_behind_legs_need_degraded_and_are_recorded() {
+        let (_d, l, s) = legs(2);
+        let none = vec![None; 2];
+        let first = ArrayPlan::prepare(&s, &l, &none, false, false).unwrap();
+        first.commit().unwrap();
+        // Leg 1 is gone (its disk not mounted): refused, then served with degraded.
+        let gone = vec![None, Some("leg 'l1' does not exist".to_string())];
+        let e = ArrayPlan::prepare(&s, &l, &gone, false, false).unwrap_err();
+        assert!(
+            e.contains("does not exist") && e.contains("-o degraded"),
+            "{e}"
+        );
+        let p = ArrayPlan::prepare(&s, &l, &gone, false, true).unwrap();
+        assert_eq!(p.states[0], PlannedLeg::InSync);
+        let sbs = p.commit().unwrap();
+        let id1 = first.superblocks[1].as_ref().unwrap().leg_id.clone();
+        assert!(sbs[0].as_ref().unwrap().failed_legs.contains(&id1));
+        assert_eq!(sbs[0].as_ref().unwrap().events, 2);
+        // It comes back: stale (recorded, and behind).
+        let e = ArrayPlan::prepare(&s, &l, &none, false, false).unwrap_err();
+        assert!(e.contains("was dropped"), "{e}");
+        // Only one leg given of two: degraded needed.
+        let mut sb0 = LegSuperblock::read(&l[0]).unwrap().unwrap();
+        sb0.failed_legs.clear();
+        sb0.write(&l[0]).unwrap();
+        let e = ArrayPlan::prepare(&s[..1], &l[..1], &none[..1], false, false).unwrap_err();
+        assert!(e.contains("has 2 legs but 1 were given"), "{e}");
+        assert!(ArrayPlan::prepare(&s[..1], &l[..1], &none[..1], false, true).is_ok());
+        // A new mirror needs every leg.
+        let (_d2, l2, s2) = legs(2);
+        let gone = vec![None, Some("x".to_string())];
+        let e = ArrayPlan::prepare(&s2, &l2, &gone, false, true).unwrap_err();
+        assert!(e.contains("a new mirror needs every leg"), "{e}");
+    }
 
     fn legs(n: usize) -> (tempfile::TempDir, Vec<PathBuf>, Vec<String>) {
         let d = tempfile::tempdir().unwrap();
@@ -118,36 +339,55 @@ mod tests {
     #[test]
     fn new_then_existing() {
         let (_d, l, s) = legs(2);
-        let p = ArrayPlan::prepare(&s, &l, false).unwrap();
+        let none = vec![None; 2];
+        let p = ArrayPlan::prepare(&s, &l, &none, false, false).unwrap();
         assert!(p.is_new);
-        p.commit().unwrap();
-        let again = ArrayPlan::prepare(&s, &l, false).unwrap();
+        let written = p.commit().unwrap();
+        let again = ArrayPlan::prepare(&s, &l, &none, false, false).unwrap();
         assert!(!again.is_new);
-        assert_eq!(again.superblocks, p.superblocks);
+        assert_eq!(again.superblocks, written);
+        assert!(again.crashed, "mounted and never cleanly unmounted");
+        assert!(written
+            .iter()
+            .flatten()
+            .all(|sb| sb.events == 1 && !sb.clean));
     }
 
     #[test]
     fn mixed_foreign_and_dropped_legs_are_refused() {
         let (_d, l, s) = legs(3);
-        ArrayPlan::prepare(&s[..2], &l[..2], false)
+        let none = vec![None; 3];
+        ArrayPlan::prepare(&s[..2], &l[..2], &none[..2], false, false)
             .unwrap()
             .commit()
             .unwrap();
-        let e = ArrayPlan::prepare(&s, &l, false).unwrap_err();
+        let e = ArrayPlan::prepare(&s, &l, &none, false, false).unwrap_err();
         assert!(e.contains("not part of this mirror"), "{e}");
         // A leg of another mirror.
-        ArrayPlan::prepare(&s[2..], &l[2..], false)
+        ArrayPlan::prepare(&s[2..], &l[2..], &none[2..], false, false)
             .unwrap()
             .commit()
             .unwrap();
-        let e = ArrayPlan::prepare(&s[1..], &l[1..], false).unwrap_err();
+        let e = ArrayPlan::prepare(&s[1..], &l[1..], &none[1..], false, false).unwrap_err();
         assert!(e.contains("belongs to another mirror"), "{e}");
-        // A leg recorded as dropped by its peer.
+        // A leg recorded as dropped by its peer: refused, or left out with degraded.
         let mut sb0 = LegSuperblock::read(&l[0]).unwrap().unwrap();
         let sb1 = LegSuperblock::read(&l[1]).unwrap().unwrap();
-        sb0.failed_legs.push(sb1.leg_id);
+        sb0.failed_legs.push(sb1.leg_id.clone());
         sb0.write(&l[0]).unwrap();
-        let e = ArrayPlan::prepare(&s[..2], &l[..2], false).unwrap_err();
-        assert!(e.contains("was dropped"), "{e}");
+        let e = ArrayPlan::prepare(&s[..2], &l[..2], &none[..2], false, false).unwrap_err();
+        assert!(
+            e.contains("was dropped") && e.contains("-o degraded"),
+            "{e}"
+        );
+        let p = ArrayPlan::prepare(&s[..2], &l[..2], &none[..2], false, true).unwrap();
+        assert_eq!(p.states[0], PlannedLeg::InSync);
+        assert!(matches!(p.states[1], PlannedLeg::Stale(_)));
+        // Split brain: each dropped the other.
+        let mut sb1 = sb1;
+        sb1.failed_legs.push(sb0.leg_id.clone());
+        sb1.write(&l[1]).unwrap();
+        let e = ArrayPlan::prepare(&s[..2], &l[..2], &none[..2], false, true).unwrap_err();
+        assert!(e.contains("each used without the other"), "{e}");
     }
 }

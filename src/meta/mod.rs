@@ -2,6 +2,7 @@
 //! through the mount).
 
 pub mod array;
+pub mod changes;
 pub mod superblock;
 pub mod tree_compare;
 

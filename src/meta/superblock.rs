@@ -32,6 +32,22 @@ pub struct LegSuperblock {
     /// be behind, and must not be trusted until they are resynced.
     #[serde(default)]
     pub failed_legs: Vec<String>,
+    /// md's event counter: moves on at every mount, clean unmount and leg drop written here.
+    /// Of two legs, the one with fewer events missed something.
+    #[serde(default)]
+    pub events: u64,
+    /// False from the mount until the clean unmount: a leg found not clean at mount was
+    /// part of a mirror that crashed (or lost power).
+    #[serde(default = "clean_by_default")]
+    pub clean: bool,
+    /// Every member's leg id, by slot, as this leg last knew them (so that a member missing
+    /// at mount can be named and recorded).
+    #[serde(default)]
+    pub members: Vec<String>,
+}
+
+fn clean_by_default() -> bool {
+    true
 }
 
 impl LegSuperblock {
@@ -45,6 +61,9 @@ impl LegSuperblock {
             slot,
             leg_count,
             failed_legs: Vec::new(),
+            events: 0,
+            clean: true,
+            members: Vec::new(),
         }
     }
 

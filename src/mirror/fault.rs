@@ -8,13 +8,55 @@ use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Make `leg` fail operations named `op` (as the engine names them: "write", "read", "create",
-/// "rename"...; "*" for all) with `errno`, `times` times (None: until cleared).
+/// "rename"...; "*" for all) with `errno`, `times` times (None: until cleared); only for the
+/// file with inode number `file` when it is set (reads and writes of that file).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FaultRule {
     pub leg: LegIdx,
     pub op: String,
     pub errno: Errno,
     pub times: Option<u32>,
+    pub file: Option<u64>,
+}
+
+impl FaultRule {
+    /// Parses `leg=N op=NAME errno=EIO|EROFS|ENOSPC|ENODEV|NUMBER [times=N]` (spaces or commas
+    /// between fields), the form the `user.mirrorfs.fault` key takes. `leg_names` lets `leg=`
+    /// name a leg.
+    pub fn parse(text: &str, leg_names: &[String], file: Option<u64>) -> Option<FaultRule> {
+        let mut rule = FaultRule {
+            leg: usize::MAX,
+            op: "*".into(),
+            errno: Errno::EIO,
+            times: None,
+            file,
+        };
+        for field in text.split([' ', ',']).filter(|f| !f.is_empty()) {
+            let (k, v) = field.split_once('=')?;
+            match k {
+                "leg" => {
+                    rule.leg = match v.parse::<usize>() {
+                        Ok(n) => n,
+                        Err(_) => leg_names.iter().position(|n| n == v)?,
+                    }
+                }
+                "op" => rule.op = v.to_string(),
+                "errno" => {
+                    rule.errno = match v {
+                        "EIO" => Errno::EIO,
+                        "EROFS" => Errno::EROFS,
+                        "ENOSPC" => Errno::ENOSPC,
+                        "ENODEV" => Errno::ENODEV,
+                        "ENXIO" => Errno::ENXIO,
+                        n => Errno(n.parse().ok()?),
+                    }
+                }
+                "times" => rule.times = Some(v.parse().ok().filter(|&t| t > 0)?),
+                _ => return None,
+            }
+        }
+        (rule.leg < leg_names.len()).then_some(rule)
+    }
 }
 
 /// The rules in force.
@@ -35,16 +77,26 @@ impl Faults {
         self.any.store(false, Ordering::Release);
     }
 
+    /// The rules in force (`user.mirrorfs.fault` reads them back).
+    pub fn list(&self) -> Vec<FaultRule> {
+        self.rules.lock().clone()
+    }
+
     /// `Err(errno)` if a rule says `leg` must fail `op` now.
     pub fn check(&self, leg: LegIdx, op: &str) -> Result<()> {
+        self.check_file(leg, op, None)
+    }
+
+    /// As [`check`](Self::check), for an operation on the file `file`: rules for that file
+    /// apply as well as the general ones.
+    pub fn check_file(&self, leg: LegIdx, op: &str, file: Option<u64>) -> Result<()> {
         if !self.any.load(Ordering::Acquire) {
             return Ok(());
         }
         let mut rules = self.rules.lock();
-        let Some(i) = rules
-            .iter()
-            .position(|r| r.leg == leg && (r.op == "*" || r.op == op))
-        else {
+        let Some(i) = rules.iter().position(|r| {
+            r.leg == leg && (r.op == "*" || r.op == op) && (r.file.is_none() || r.file == file)
+        }) else {
             return Ok(());
         };
         let errno = rules[i].errno;
@@ -71,11 +123,37 @@ mod tests {
             op: "write".into(),
             errno: Errno::EIO,
             times: Some(2),
+            file: None,
         });
         assert!(f.check(0, "write").is_ok());
         assert!(f.check(1, "read").is_ok());
         assert_eq!(f.check(1, "write"), Err(Errno::EIO));
         assert_eq!(f.check(1, "write"), Err(Errno::EIO));
         assert!(f.check(1, "write").is_ok());
+    }
+
+    #[test]
+    fn file_rules_hit_only_their_file_and_parse_from_text() {
+        let names = vec!["ssd".to_string(), "hdd".to_string()];
+        let r = FaultRule::parse("leg=hdd op=read errno=EIO times=1", &names, Some(7)).unwrap();
+        assert_eq!(
+            (r.leg, r.op.as_str(), r.times, r.file),
+            (1, "read", Some(1), Some(7))
+        );
+        assert_eq!(
+            FaultRule::parse("leg=1,errno=28", &names, None)
+                .unwrap()
+                .errno,
+            Errno::ENOSPC
+        );
+        assert!(FaultRule::parse("leg=usb", &names, None).is_none());
+        assert!(FaultRule::parse("leg=1 colour=red", &names, None).is_none());
+        assert!(FaultRule::parse("op=read", &names, None).is_none());
+        let f = Faults::default();
+        f.add(r);
+        assert!(f.check_file(1, "read", Some(8)).is_ok());
+        assert!(f.check_file(1, "read", None).is_ok());
+        assert_eq!(f.check_file(1, "read", Some(7)), Err(Errno::EIO));
+        assert!(f.check_file(1, "read", Some(7)).is_ok());
     }
 }

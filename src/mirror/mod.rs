@@ -6,13 +6,43 @@ pub mod fault;
 pub mod outcome;
 
 use crate::errno::{Errno, Result};
-use crate::leg::{Leg, LegIdx};
+use crate::leg::{HandOver, InflightGuard, Leg, LegIdx};
+use crate::meta::changes::ChangeLog;
 use crate::meta::superblock::LegSuperblock;
 use crate::policy::{LegView, ReadPlan, ReadPolicy, ReadRequest};
 use fanout::LegWorkers;
 use fault::{FaultRule, Faults};
 use outcome::{reconcile, DropReason};
 use parking_lot::{Mutex, RwLock};
+use std::sync::atomic::Ordering;
+
+/// Read errors a leg may return (since the mount or the last `stats_reset`) before it is
+/// dropped instead of repaired: md's `max_corr_read_errors` is 20 as well.
+pub const MAX_READ_ERRORS: u64 = 20;
+
+/// A piece of a read that failed on a leg with an I/O-class error.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FailedRead {
+    pub leg: LegIdx,
+    pub offset: u64,
+    pub len: u32,
+    pub errno: Errno,
+}
+
+/// What a routed read returned: the pieces in offset order, and the pieces that failed on
+/// some leg first (to be repaired there).
+pub struct ReadOutcome<T> {
+    pub data: Vec<T>,
+    pub failed: Vec<FailedRead>,
+}
+
+/// The length of what a read returned (to measure service time per byte).
+pub trait ReadLen {
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
 
 /// The legs of one mounted mirror and the machinery to use them together.
 pub struct Mirror {
@@ -23,6 +53,14 @@ pub struct Mirror {
     superblocks: Mutex<Vec<Option<LegSuperblock>>>,
     /// Injected faults (tests).
     faults: Faults,
+    /// Held while a read is routed and counted (see [`Mirror::route_read`]).
+    routing: Mutex<()>,
+    /// The clock policies see.
+    clock: std::time::Instant,
+    /// The write-intent log and the away logs.
+    changes: ChangeLog,
+    /// Set at unmount: background work stops.
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 impl Mirror {
@@ -31,14 +69,35 @@ impl Mirror {
         superblocks: Vec<Option<LegSuperblock>>,
         threads_per_leg: usize,
         policy: Box<dyn ReadPolicy>,
+        write_intent: bool,
     ) -> Mirror {
         let workers = LegWorkers::new(legs.len(), threads_per_leg);
+        let changes = ChangeLog::new(legs.iter().map(|l| l.path.clone()).collect(), write_intent);
+        // Members not here or not in sync from the start: record what changes meanwhile.
+        let members: Vec<String> = superblocks
+            .iter()
+            .flatten()
+            .map(|s| s.members.clone())
+            .max_by_key(|m| m.len())
+            .unwrap_or_default();
+        let serving: Vec<&str> = legs
+            .iter()
+            .filter(|l| l.is_in_sync())
+            .filter_map(|l| superblocks[l.idx].as_ref().map(|s| s.leg_id.as_str()))
+            .collect();
+        for id in members.iter().filter(|m| !serving.contains(&m.as_str())) {
+            changes.start_away(id);
+        }
         Mirror {
             legs,
             workers,
             policy: RwLock::new(policy),
             superblocks: Mutex::new(superblocks),
             faults: Faults::default(),
+            routing: Mutex::new(()),
+            clock: std::time::Instant::now(),
+            changes,
+            stopping: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -55,6 +114,11 @@ impl Mirror {
         self.faults.add(rule);
     }
 
+    /// The injected faults in force.
+    pub fn faults(&self) -> Vec<FaultRule> {
+        self.faults.list()
+    }
+
     /// Removes every injected fault.
     pub fn clear_faults(&self) {
         self.faults.clear();
@@ -63,6 +127,31 @@ impl Mirror {
     /// `Err` if an injected fault says `leg` must fail `what` now.
     pub fn check_fault(&self, leg: LegIdx, what: &str) -> Result<()> {
         self.faults.check(leg, what)
+    }
+
+    /// As [`check_fault`](Self::check_fault), for an operation on the file `file`.
+    pub fn check_fault_file(&self, leg: LegIdx, what: &str, file: Option<u64>) -> Result<()> {
+        self.faults.check_file(leg, what, file)
+    }
+
+    /// ENOSPC, before anything is written, if `need` more bytes would take any of `legs`
+    /// below its reserve (`minfreespace`): the legs fill evenly and stay identical, instead
+    /// of one leg failing halfway through a write the others completed.
+    pub fn check_space(&self, legs: &[LegIdx], need: u64) -> Result<()> {
+        for &l in legs {
+            let leg = &self.legs[l];
+            let reserve = leg.reserve.load(Ordering::Relaxed);
+            // A leg we cannot even measure will fail the write itself, and be dealt with there.
+            if let Ok(false) = leg.take_space(need, reserve) {
+                log::info!(
+                    "leg {} ('{}'): {need} more bytes would cross the {reserve}-byte reserve: ENOSPC",
+                    l,
+                    leg.path.display()
+                );
+                return Err(Errno::ENOSPC);
+            }
+        }
+        Ok(())
     }
 
     /// The legs that take part in operations now, in leg order.
@@ -91,11 +180,34 @@ impl Mirror {
         T: Send + 'static,
         F: Fn(LegIdx) -> Result<T> + Sync,
     {
+        self.fan_out_file(legs, what, None, op)
+    }
+
+    /// As [`fan_out`](Self::fan_out), for an operation on one file (inode number `file`), so
+    /// that faults injected for that file apply.
+    pub fn fan_out_file<T, F>(
+        &self,
+        legs: &[LegIdx],
+        what: &str,
+        file: Option<u64>,
+        op: F,
+    ) -> Result<Vec<(LegIdx, T)>>
+    where
+        T: Send + 'static,
+        F: Fn(LegIdx) -> Result<T> + Sync,
+    {
         let out = reconcile(self.workers.run(legs, |leg| {
-            self.faults.check(leg, what)?;
+            let _inflight = InflightGuard::new(&self.legs[leg]);
+            self.faults.check_file(leg, what, file)?;
             op(leg)
         }));
         for (leg, why) in out.drop {
+            if matches!(why, DropReason::LegFault(_)) {
+                self.legs[leg]
+                    .counters
+                    .write_errors
+                    .fetch_add(1, Ordering::Relaxed);
+            }
             self.mark_failed(leg, what, why);
         }
         out.answer
@@ -121,6 +233,9 @@ impl Mirror {
         if !self.legs[leg].set_failed() {
             return;
         }
+        if let Some(id) = self.leg_id(leg) {
+            self.changes.start_away(&id);
+        }
         log::error!(
             "DEGRADED: leg {} ('{}') dropped from the mirror: {what} failed ({why:?}); \
              serving from {} other leg(s)",
@@ -131,60 +246,250 @@ impl Mirror {
         self.record_dropped_legs();
     }
 
-    /// Writes every dropped leg's id into every in-sync leg's superblock. Called when a leg is
-    /// dropped, and again at unmount in case a write failed (the system log says so): a drop
-    /// that no superblock records would let a later mount serve the dropped leg's old data.
+    /// The leg id of `leg`, from its superblock or the member list.
+    pub fn leg_id(&self, leg: LegIdx) -> Option<String> {
+        let sbs = self.superblocks.lock();
+        sbs.get(leg)
+            .and_then(|s| s.as_ref().map(|s| s.leg_id.clone()))
+            .or_else(|| {
+                sbs.iter()
+                    .flatten()
+                    .map(|s| &s.members)
+                    .max_by_key(|m| m.len())
+                    .and_then(|m| m.get(leg).cloned())
+            })
+    }
+
+    /// The change records (write-intent and away logs).
+    pub fn changes(&self) -> &ChangeLog {
+        &self.changes
+    }
+
+    /// Records, durably on every in-sync leg, that the object `ino` (whose path on a leg the
+    /// closure gives) is about to change. A leg whose record cannot be written is dropped.
+    pub fn will_change(&self, ino: u64, path: impl FnOnce() -> Option<Vec<u8>>) {
+        let legs = self.in_sync_legs();
+        for (leg, e) in self.changes.will_change(ino, &legs, path) {
+            let errno = e.raw_os_error().map_or(Errno::EIO, Errno);
+            self.legs[leg]
+                .counters
+                .write_errors
+                .fetch_add(1, Ordering::Relaxed);
+            self.mark_failed(leg, "write-intent log", DropReason::LegFault(errno));
+        }
+    }
+
+    /// One sweep of the change records (every second, from the background thread): away
+    /// logs flushed, and intent entries idle for a while cleared once every leg holds their
+    /// data on stable storage.
+    pub fn sweep_changes(&self) {
+        let legs = self.in_sync_legs();
+        let idle = self.changes.idle();
+        if idle.inos.is_empty() {
+            self.changes.flush_away(&legs);
+            return;
+        }
+        for &l in &legs {
+            let r = self.legs[l]
+                .root()
+                .and_then(|r| crate::sys::fd::reopen(r, libc::O_RDONLY | libc::O_DIRECTORY))
+                .and_then(|d| crate::sys::fd::syncfs(std::os::fd::AsFd::as_fd(&d)));
+            if let Err(e) = r {
+                log::error!("cannot flush '{}': {e}", self.legs[l].path.display());
+                return;
+            }
+        }
+        self.changes.clear(&idle, &legs);
+    }
+
+    /// Writes every dropped leg's id into every in-sync leg's superblock, and moves their
+    /// event counters on. Called when a leg is dropped, and again at unmount in case a write
+    /// failed (the system log says so): a drop that no superblock records would let a later
+    /// mount serve the dropped leg's old data.
     pub fn record_dropped_legs(&self) {
+        self.write_superblocks(false);
+    }
+
+    /// At a clean unmount: every in-sync leg's superblock says clean, with the dropped legs
+    /// recorded and the event counter moved on.
+    /// Whether the mirror is being unmounted (background work stops).
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+
+    pub fn mark_clean(&self) {
+        self.stopping.store(true, Ordering::Release);
+        // Clean means every leg holds the same data on stable storage: flush first, so that
+        // a power loss after the unmount cannot leave the legs different under a clean flag.
+        let legs = self.in_sync_legs();
+        for &l in &legs {
+            // syncfs refuses O_PATH descriptors: open the root for reading.
+            let r = self.legs[l]
+                .root()
+                .and_then(|r| crate::sys::fd::reopen(r, libc::O_RDONLY | libc::O_DIRECTORY))
+                .and_then(|d| crate::sys::fd::syncfs(std::os::fd::AsFd::as_fd(&d)));
+            if let Err(e) = r {
+                log::error!("cannot flush '{}': {e}", self.legs[l].path.display());
+                // Not known to be on stable storage: leave the intent log and the flag as
+                // they are, so that the next mount checks the listed files.
+                self.write_superblocks(false);
+                return;
+            }
+        }
+        self.changes.clear_all(&legs);
+        self.write_superblocks(true);
+    }
+
+    fn write_superblocks(&self, clean: bool) {
         let mut sbs = self.superblocks.lock();
+        let members: Vec<String> = sbs
+            .iter()
+            .flatten()
+            .map(|s| s.members.clone())
+            .max_by_key(|m| m.len())
+            .unwrap_or_default();
         let failed: Vec<String> = self
             .legs
             .iter()
             .filter(|l| !l.is_in_sync())
-            .filter_map(|l| sbs[l.idx].as_ref().map(|s| s.leg_id.clone()))
+            .filter_map(|l| {
+                sbs[l.idx]
+                    .as_ref()
+                    .map(|s| s.leg_id.clone())
+                    .or_else(|| members.get(l.idx).cloned())
+            })
             .collect();
-        if failed.is_empty() {
+        if failed.is_empty() && !clean {
             return;
         }
+        let events = sbs.iter().flatten().map(|s| s.events).max().unwrap_or(0) + 1;
         for s in self.in_sync_legs() {
             let Some(sb) = sbs[s].as_mut() else {
                 continue;
             };
-            let before = sb.failed_legs.len();
+            let before = (sb.failed_legs.len(), sb.clean);
             for id in &failed {
                 if !sb.failed_legs.contains(id) {
                     sb.failed_legs.push(id.clone());
                 }
             }
+            sb.clean = clean;
             let on_disk = LegSuperblock::read(&self.legs[s].path)
                 .ok()
                 .flatten()
-                .is_some_and(|d| failed.iter().all(|id| d.failed_legs.contains(id)));
-            if sb.failed_legs.len() == before && on_disk {
+                .is_some_and(|d| {
+                    d.clean == clean && failed.iter().all(|id| d.failed_legs.contains(id))
+                });
+            if (sb.failed_legs.len(), sb.clean) == before && on_disk {
                 continue;
             }
+            sb.events = events;
             if let Err(e) = sb.write(&self.legs[s].path) {
                 log::error!(
-                    "cannot record the dropped leg(s) in '{}': {e}; will retry at unmount",
-                    self.legs[s].path.display()
+                    "cannot write the superblock of '{}': {e}{}",
+                    self.legs[s].path.display(),
+                    if clean { "" } else { "; will retry at unmount" }
                 );
             }
         }
     }
 
-    /// The leg a read of this request goes to, among `candidates` (legs that can serve it).
-    pub fn pick_read_leg(&self, candidates: &[LegIdx], req: &ReadRequest) -> Option<ReadPlan> {
+    /// Microseconds on the mirror's monotonic clock (the time policies see).
+    pub fn now_us(&self) -> u64 {
+        self.clock.elapsed().as_micros() as u64
+    }
+
+    /// Asks the policy where a read goes, among the in-sync `candidates`. Pure: counts
+    /// nothing.
+    fn plan_read(&self, candidates: &[LegIdx], req: &ReadRequest) -> Option<ReadPlan> {
         let views: Vec<LegView> = candidates
             .iter()
             .filter(|&&l| self.legs[l].is_in_sync())
-            .map(|&idx| LegView {
-                idx,
-                ..Default::default()
-            })
+            .map(|&l| self.legs[l].view())
             .collect();
         if views.is_empty() {
             return None;
         }
-        Some(self.policy.read().pick(&views, req))
+        let plan = self.policy.read().pick(&views, req);
+        Some(self.sane_plan(plan, &views, req))
+    }
+
+    /// A plan the engine can run: legs among the candidates, pieces covering the request in
+    /// order ([`ReadPlan::check`]), inner piece boundaries 4 KiB-aligned so that `O_DIRECT`
+    /// pieces stay aligned. Anything else (a policy bug) becomes the first candidate, logged.
+    fn sane_plan(&self, plan: ReadPlan, views: &[LegView], req: &ReadRequest) -> ReadPlan {
+        let aligned = match &plan {
+            ReadPlan::One(_) => true,
+            ReadPlan::Split(p) => p.iter().skip(1).all(|x| x.offset % 4096 == 0),
+        };
+        match plan.check(views, req.offset, req.size) {
+            Ok(()) if aligned => plan,
+            r => {
+                log::warn!(
+                    "read policy gave an unusable plan {plan:?} ({}); reading from the first leg",
+                    r.err().unwrap_or_else(|| "unaligned pieces".into())
+                );
+                ReadPlan::One(views[0].idx)
+            }
+        }
+    }
+
+    /// Decides where a read goes and counts it at once on the legs it goes to (in-flight,
+    /// picks, stream switches, split pieces), under one lock so that concurrent reads see
+    /// each other's choices instead of all herding onto the same idle leg.
+    fn route_read(
+        &self,
+        candidates: &[LegIdx],
+        req: &ReadRequest,
+    ) -> Option<(ReadPlan, Vec<InflightGuard<'_>>, Vec<HandOver>)> {
+        let _routing = self.routing.lock();
+        let plan = self.plan_read(candidates, req)?;
+        let legs: Vec<LegIdx> = match &plan {
+            ReadPlan::One(l) => vec![*l],
+            ReadPlan::Split(p) => p.iter().map(|x| x.leg).collect(),
+        };
+        let split = matches!(plan, ReadPlan::Split(_));
+        let guards = legs
+            .iter()
+            .map(|&l| {
+                let c = &self.legs[l].counters;
+                c.policy_picks.fetch_add(1, Ordering::Relaxed);
+                if split {
+                    c.split_reads.fetch_add(1, Ordering::Relaxed);
+                }
+                InflightGuard::new(&self.legs[l])
+            })
+            .collect();
+        if let Some(prev) = req.stream.leg {
+            if prev != plan.first_leg() {
+                self.legs[plan.first_leg()]
+                    .counters
+                    .stream_switches
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let hand_overs = match &plan {
+            ReadPlan::One(l) => vec![self.legs[*l].hand_over(req.file, req.offset, req.size)],
+            ReadPlan::Split(p) => p
+                .iter()
+                .map(|x| self.legs[x.leg].hand_over(req.file, x.offset, x.len))
+                .collect(),
+        };
+        Some((plan, guards, hand_overs))
+    }
+
+    /// The leg a read would go to now, without counting it anywhere (`user.mirrorfs.readleg`).
+    pub fn preview_read_leg(&self, candidates: &[LegIdx], req: &ReadRequest) -> Option<LegIdx> {
+        self.plan_read(candidates, req).map(|p| p.first_leg())
+    }
+
+    /// Replaces the read policy by the one `spec` names; EINVAL (and no change) for a bad name.
+    pub fn set_policy(&self, spec: &str) -> Result<()> {
+        let names: Vec<String> = self.legs.iter().map(|l| l.name.clone()).collect();
+        let policy = crate::policy::by_name(spec, &names).ok_or(Errno::EINVAL)?;
+        log::info!("read policy: {} -> {}", self.policy_name(), policy.name());
+        *self.policy.write() = policy;
+        Ok(())
     }
 
     /// The name of the read policy in force.
@@ -192,40 +497,127 @@ impl Mirror {
         self.policy.read().name()
     }
 
-    /// Runs a read-like `op` on the leg the policy picks; on a leg fault, drops that leg and
-    /// retries on the next candidate.
-    pub fn read_from<T>(
+    /// Runs a read of `req.size` bytes at `req.offset` where the policy says: `op(leg, offset,
+    /// len)` reads one piece from one leg. A split plan runs its pieces in parallel on the
+    /// legs' workers. Returns the pieces' results in offset order (one for an unsplit read).
+    ///
+    /// `on_plan` learns the plan before the I/O starts (the stream tracker records it).
+    /// On a leg fault the leg's error is counted and the whole read is asked again of the
+    /// policy among the legs left; a caller error is returned as is. The ranges that failed
+    /// come back with the data, for read-repair ([`ReadOutcome::failed`]); a leg is not dropped
+    /// here unless it is past [`MAX_READ_ERRORS`].
+    pub fn read_routed<T, F>(
         &self,
         candidates: &[LegIdx],
         req: &ReadRequest,
         what: &str,
-        mut op: impl FnMut(LegIdx) -> Result<T>,
-    ) -> Result<T> {
+        mut on_plan: impl FnMut(&ReadPlan),
+        op: F,
+    ) -> Result<ReadOutcome<T>>
+    where
+        T: Send + 'static + ReadLen,
+        F: Fn(LegIdx, u64, u32) -> Result<T> + Sync,
+    {
         let mut tried: Vec<LegIdx> = Vec::new();
+        let mut failed: Vec<FailedRead> = Vec::new();
         loop {
             let left: Vec<LegIdx> = candidates
                 .iter()
                 .copied()
                 .filter(|l| !tried.contains(l))
                 .collect();
-            let Some(plan) = self.pick_read_leg(&left, req) else {
-                return Err(Errno::EIO);
+            let Some((plan, _inflight, hand_overs)) = self.route_read(&left, req) else {
+                // Every leg failed this read: the caller gets the error; no leg is dropped for
+                // it beyond what the error budget says.
+                return Err(failed.first().map_or(Errno::EIO, |f| f.errno));
             };
-            let leg = plan.first_leg();
-            match self.faults.check(leg, what).and_then(|()| op(leg)) {
-                Err(e) if outcome::is_leg_fault(e) => {
-                    self.legs[leg]
-                        .counters
-                        .read_errors
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    tried.push(leg);
-                    self.mark_failed(leg, what, DropReason::LegFault(e));
-                    if !self.legs[leg].is_in_sync() {
-                        continue;
-                    }
-                    return Err(e);
+            on_plan(&plan);
+            let timed = |piece: usize, leg: LegIdx, offset: u64, len: u32| -> Result<T> {
+                self.faults.check_file(leg, what, Some(req.file))?;
+                let start = std::time::Instant::now();
+                let r = op(leg, offset, len)?;
+                let elapsed = start.elapsed().as_micros() as u64;
+                self.legs[leg].record_read(&hand_overs[piece], r.len() as u64, elapsed, || {
+                    self.now_us()
+                });
+                Ok(r)
+            };
+            let results: Vec<(LegIdx, u64, u32, Result<T>)> = match &plan {
+                ReadPlan::One(leg) => vec![(
+                    *leg,
+                    req.offset,
+                    req.size,
+                    timed(0, *leg, req.offset, req.size),
+                )],
+                ReadPlan::Split(pieces) => {
+                    let mut legs: Vec<LegIdx> = pieces.iter().map(|p| p.leg).collect();
+                    legs.dedup();
+                    let by_leg = self.workers.run(&legs, |leg| {
+                        pieces
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, p)| p.leg == leg)
+                            .map(|(i, p)| timed(i, leg, p.offset, p.len))
+                            .collect::<Vec<_>>()
+                    });
+                    // Back into offset order.
+                    let mut per_leg: Vec<(LegIdx, std::vec::IntoIter<Result<T>>)> = by_leg
+                        .into_iter()
+                        .map(|(l, v)| (l, v.into_iter()))
+                        .collect();
+                    pieces
+                        .iter()
+                        .map(|p| {
+                            let it = per_leg
+                                .iter_mut()
+                                .find(|(l, _)| *l == p.leg)
+                                .expect("every piece's leg ran");
+                            (
+                                p.leg,
+                                p.offset,
+                                p.len,
+                                it.1.next().expect("one result per piece"),
+                            )
+                        })
+                        .collect()
                 }
-                r => return r,
+            };
+            let mut out = Vec::with_capacity(results.len());
+            let mut retry = false;
+            for (leg, offset, len, r) in results {
+                match r {
+                    Ok(v) => out.push(v),
+                    Err(e) if outcome::is_leg_fault(e) => {
+                        let errors = self.legs[leg]
+                            .counters
+                            .read_errors
+                            .fetch_add(1, Ordering::Relaxed)
+                            + 1;
+                        log::warn!(
+                            "leg {} ('{}'): {what} of {len} bytes at {offset} of inode {} failed: {e}",
+                            leg,
+                            self.legs[leg].path.display(),
+                            req.file
+                        );
+                        if !tried.contains(&leg) {
+                            tried.push(leg);
+                        }
+                        if errors > MAX_READ_ERRORS {
+                            self.mark_failed(leg, what, DropReason::LegFault(e));
+                        }
+                        failed.push(FailedRead {
+                            leg,
+                            offset,
+                            len,
+                            errno: e,
+                        });
+                        retry = true;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            if !retry {
+                return Ok(ReadOutcome { data: out, failed });
             }
         }
     }

@@ -21,6 +21,12 @@ pub fn proc_path(fd: BorrowedFd<'_>) -> CString {
     CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).expect("no NUL in a number")
 }
 
+/// The path the kernel has for a descriptor's object (`readlink /proc/self/fd/N`).
+pub fn path_of(fd: BorrowedFd<'_>) -> Result<std::path::PathBuf> {
+    std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        .map_err(crate::errno::Errno::from)
+}
+
 /// Opens a leg's root directory as an `O_PATH` descriptor.
 pub fn open_root(path: &Path) -> Result<OwnedFd> {
     let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)?;
@@ -337,6 +343,12 @@ pub fn statvfs(fd: BorrowedFd<'_>) -> Result<libc::statvfs> {
     // SAFETY: st is a valid, writable statvfs.
     check(unsafe { libc::fstatvfs(fd.as_raw_fd(), &mut st) })?;
     Ok(st)
+}
+
+/// Flushes the whole filesystem holding `fd` to stable storage.
+pub fn syncfs(fd: BorrowedFd<'_>) -> Result<()> {
+    // SAFETY: plain syscall on a valid descriptor.
+    check(unsafe { libc::syncfs(fd.as_raw_fd()) }).map(drop)
 }
 
 /// `faccessat` on the object with the current (file-system) credentials.

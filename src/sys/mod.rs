@@ -166,3 +166,16 @@ pub fn geteuid() -> u32 {
     // SAFETY: no memory effects.
     unsafe { libc::geteuid() }
 }
+
+/// The effective gid of this process.
+pub fn getegid() -> u32 {
+    // SAFETY: no memory effects.
+    unsafe { libc::getegid() }
+}
+
+/// Lets a write to a closed pipe end the process quietly, as command-line tools do
+/// (`mirrorfs list M | head`); Rust ignores SIGPIPE by default.
+pub fn default_sigpipe() {
+    // SAFETY: installs the default disposition; no handler code runs.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}

@@ -1289,7 +1289,8 @@ pub fn assert_legs_identical(legs: &[PathBuf]) {
     }
 }
 
-/// `.mirrorfs` is not listed in the mount root and `stat(mnt/.mirrorfs)` gives ENOENT.
+/// `.mirrorfs` is not listed in the mount root, and `mnt/.mirrorfs` is the control file (an
+/// empty regular file), never the legs' metadata folder: nothing can be reached below it.
 #[track_caller]
 pub fn assert_no_mirrorfs_leak(mnt: &Path) {
     let names: Vec<OsString> = fs::read_dir(mnt)
@@ -1301,10 +1302,16 @@ pub fn assert_no_mirrorfs_leak(mnt: &Path) {
         ".mirrorfs is listed in the mount root {}: {names:?}",
         mnt.display()
     );
+    let st = stat(mnt.join(".mirrorfs")).expect("stat(mnt/.mirrorfs): the control file");
+    assert_eq!(
+        (st.st_mode & libc::S_IFMT, st.st_size),
+        (libc::S_IFREG, 0),
+        "mnt/.mirrorfs is not an empty regular file"
+    );
     assert_errno(
-        stat(mnt.join(".mirrorfs")),
-        libc::ENOENT,
-        "stat(mnt/.mirrorfs)",
+        stat(mnt.join(".mirrorfs/superblock.json")),
+        libc::ENOTDIR,
+        "stat(mnt/.mirrorfs/superblock.json)",
     );
 }
 

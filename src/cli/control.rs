@@ -1,0 +1,230 @@
+//! Talking to a running mirror through its control file: finding mounts, reading the stats
+//! document, and `mirrorfs get|set|list`.
+
+use crate::errno::Errno;
+use crate::stats::Stats;
+use crate::sys;
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+
+/// Exit status for usage errors and for paths that are not mirrorfs mounts.
+pub const EXIT_USAGE: i32 = 2;
+
+/// The prefix of every key.
+const PREFIX: &str = "user.mirrorfs.";
+
+/// Every mirrorfs mount point, from `/proc/self/mountinfo`.
+pub fn mounts() -> Vec<PathBuf> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    info.lines()
+        .filter_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            let fstype = right.split(' ').next()?;
+            let mount = left.split(' ').nth(4)?;
+            (fstype == "fuse.mirrorfs").then(|| unescape(mount))
+        })
+        .collect()
+}
+
+/// Undoes mountinfo's octal escapes (`\040` for a space).
+fn unescape(s: &str) -> PathBuf {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(u8::is_ascii_digit) {
+            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
+            out.push(v);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    use std::os::unix::ffi::OsStringExt;
+    PathBuf::from(std::ffi::OsString::from_vec(out))
+}
+
+/// The control file of the mirrorfs mount at `mount` (or `mount` itself when it is the
+/// control file); `None` when `mount` is not a mirrorfs mount, so that nothing is ever set on
+/// an ordinary directory by mistake.
+fn control_file(mount: &Path) -> Option<PathBuf> {
+    let c = if mount.file_name().is_some_and(|n| n == ".mirrorfs") && mount.is_file() {
+        mount.to_path_buf()
+    } else {
+        mount.join(".mirrorfs")
+    };
+    let is_ours = c.is_file()
+        && CString::new(format!("{PREFIX}version"))
+            .ok()
+            .is_some_and(|k| sys::xattr::get_path(&c, &k).is_ok());
+    is_ours.then_some(c)
+}
+
+fn not_a_mount(mount: &Path) -> (i32, String) {
+    (
+        EXIT_USAGE,
+        format!("{}: not a mirrorfs mount", mount.display()),
+    )
+}
+
+fn key_name(key: &str) -> Result<CString, String> {
+    let full = if key.starts_with(PREFIX) {
+        key.to_string()
+    } else {
+        format!("{PREFIX}{key}")
+    };
+    CString::new(full).map_err(|_| format!("invalid key '{key}'"))
+}
+
+/// Why a key could not be read or set, in words.
+fn explain(mount: &Path, key: &str, e: Errno) -> String {
+    let m = mount.display();
+    match e.code() {
+        libc::ENODATA => format!("{m}: no key '{key}'"),
+        libc::ENOTSUP => format!("{m}: not a mirrorfs mount"),
+        libc::EROFS => format!("{m}: '{key}' cannot be changed while mounted"),
+        libc::EINVAL => format!("{m}: invalid value for '{key}'"),
+        libc::ENOENT => format!("{m}: no such file or directory"),
+        _ => format!("{m}: {key}: {e}"),
+    }
+}
+
+/// The value of one key.
+pub fn get(mount: &Path, key: &str) -> Result<Vec<u8>, (i32, String)> {
+    let name = key_name(key).map_err(|e| (EXIT_USAGE, e))?;
+    let file = control_file(mount).ok_or_else(|| not_a_mount(mount))?;
+    sys::xattr::get_path(&file, &name).map_err(|e| {
+        let code = if e.code() == libc::ENOTSUP || e.code() == libc::ENOENT {
+            EXIT_USAGE
+        } else {
+            1
+        };
+        (code, explain(mount, key, e))
+    })
+}
+
+/// The stats document of `mount`.
+pub fn stats(mount: &Path) -> Result<Stats, (i32, String)> {
+    let raw = get(mount, "stats").map_err(|(_, e)| {
+        (
+            EXIT_USAGE,
+            if e.ends_with("no key 'stats'") {
+                format!("{}: not a mirrorfs mount", mount.display())
+            } else {
+                e
+            },
+        )
+    })?;
+    serde_json::from_slice(&raw).map_err(|e| {
+        (
+            1,
+            format!("{}: unreadable statistics: {e}", mount.display()),
+        )
+    })
+}
+
+fn usage(line: &str) -> i32 {
+    eprintln!("mirrorfs: {line}");
+    EXIT_USAGE
+}
+
+/// `mirrorfs get MOUNT KEY`, `mirrorfs set MOUNT KEY VALUE`, `mirrorfs list MOUNT`.
+pub fn run(cmd: &str, args: &[String]) -> i32 {
+    match (cmd, args) {
+        ("get", [mount, key]) => match get(Path::new(mount), key) {
+            Ok(v) => {
+                println!("{}", String::from_utf8_lossy(&v));
+                0
+            }
+            Err((code, e)) => {
+                eprintln!("mirrorfs: {e}");
+                code
+            }
+        },
+        ("set", [mount, key, value]) => {
+            let name = match key_name(key) {
+                Ok(n) => n,
+                Err(e) => return usage(&e),
+            };
+            let m = Path::new(mount);
+            let Some(file) = control_file(m) else {
+                let (code, e) = not_a_mount(m);
+                eprintln!("mirrorfs: {e}");
+                return code;
+            };
+            match sys::xattr::set_path(&file, &name, value.as_bytes()) {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("mirrorfs: {}", explain(m, key, e));
+                    if e.code() == libc::ENOTSUP {
+                        EXIT_USAGE
+                    } else {
+                        1
+                    }
+                }
+            }
+        }
+        ("list", [mount]) => {
+            let m = Path::new(mount);
+            let Some(file) = control_file(m) else {
+                let (code, e) = not_a_mount(m);
+                eprintln!("mirrorfs: {e}");
+                return code;
+            };
+            let names = match sys::xattr::list_path(&file) {
+                Ok(n) => n,
+                Err(e) => {
+                    eprintln!("mirrorfs: {}", explain(m, "(list)", e));
+                    return EXIT_USAGE;
+                }
+            };
+            let keys: Vec<String> = names
+                .iter()
+                .filter_map(|n| std::str::from_utf8(n).ok()?.strip_prefix(PREFIX))
+                .filter(|k| *k != "stats")
+                .map(str::to_string)
+                .collect();
+            if keys.is_empty() {
+                return usage(&format!("{mount}: not a mirrorfs mount"));
+            }
+            for k in keys {
+                match get(m, &k) {
+                    Ok(v) => println!("{k}={}", String::from_utf8_lossy(&v)),
+                    Err((_, e)) => eprintln!("mirrorfs: {e}"),
+                }
+            }
+            0
+        }
+        ("get", _) => usage("usage: mirrorfs get MOUNT KEY"),
+        ("set", _) => usage("usage: mirrorfs set MOUNT KEY VALUE"),
+        _ => usage("usage: mirrorfs list MOUNT"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_escapes_are_undone() {
+        assert_eq!(
+            unescape(r"/mnt/my\040mirror"),
+            PathBuf::from("/mnt/my mirror")
+        );
+        assert_eq!(unescape(r"/plain"), PathBuf::from("/plain"));
+        assert_eq!(unescape(r"/x\0"), PathBuf::from(r"/x\0"));
+    }
+
+    #[test]
+    fn keys_take_or_leave_the_prefix() {
+        assert_eq!(
+            key_name("read_policy").unwrap().to_str().unwrap(),
+            "user.mirrorfs.read_policy"
+        );
+        assert_eq!(
+            key_name("user.mirrorfs.stats").unwrap().to_str().unwrap(),
+            "user.mirrorfs.stats"
+        );
+    }
+}

@@ -1,0 +1,129 @@
+//! `mirrorfs iostat [MOUNT] [INTERVAL [COUNT]]`: per-leg operations and bandwidth per interval,
+//! like `zpool iostat -v`. The first report covers the time since the mount (or the last
+//! `stats_reset`); each later one the interval before it.
+
+use super::control::{self, EXIT_USAGE};
+use crate::stats::{LegStats, Stats};
+use std::path::PathBuf;
+use std::time::Duration;
+
+fn usage() -> i32 {
+    eprintln!("mirrorfs: usage: mirrorfs iostat [MOUNT] [INTERVAL [COUNT]]");
+    EXIT_USAGE
+}
+
+fn per_s(now: u64, then: u64, secs: f64) -> f64 {
+    now.saturating_sub(then) as f64 / secs
+}
+
+fn ms(us: Option<u64>) -> String {
+    us.map(|u| format!("{:.2}", u as f64 / 1000.0))
+        .unwrap_or_else(|| "-".into())
+}
+
+/// One report: `prev` is the previous sample (None: since the mount).
+pub fn render(now: &Stats, prev: Option<&Stats>) -> String {
+    let secs = match prev {
+        Some(p) => now.uptime_us.saturating_sub(p.uptime_us) as f64 / 1e6,
+        None => now.uptime_us as f64 / 1e6,
+    }
+    .max(1e-3);
+    let zero = |l: &LegStats| LegStats {
+        read_ops: 0,
+        read_bytes: 0,
+        write_ops: 0,
+        write_bytes: 0,
+        ..l.clone()
+    };
+    let mut o = format!(
+        "{:<12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6} {:>6}  {}\n",
+        "leg",
+        "read/s",
+        "write/s",
+        "rMB/s",
+        "wMB/s",
+        "rlat-sm",
+        "rlat-lg",
+        "queue",
+        "devq",
+        "state"
+    );
+    o.push_str(&format!(
+        "{:<12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6} {:>6}\n",
+        "", "", "", "", "", "ms", "ms", "", ""
+    ));
+    for l in &now.legs {
+        let p = prev
+            .and_then(|p| p.legs.iter().find(|x| x.name == l.name))
+            .cloned()
+            .unwrap_or_else(|| zero(l));
+        o.push_str(&format!(
+            "{:<12} {:>9.1} {:>9.1} {:>9.2} {:>9.2} {:>9} {:>9} {:>6} {:>6}  {}\n",
+            l.name,
+            per_s(l.read_ops, p.read_ops, secs),
+            per_s(l.write_ops, p.write_ops, secs),
+            per_s(l.read_bytes, p.read_bytes, secs) / 1e6,
+            per_s(l.write_bytes, p.write_bytes, secs) / 1e6,
+            ms(l.latency_us.small_read),
+            ms(l.latency_us.large_read),
+            l.inflight,
+            l.device_inflight
+                .map(|n| n.to_string())
+                .unwrap_or_else(|| "-".into()),
+            l.state
+        ));
+    }
+    o
+}
+
+pub fn run(args: &[String]) -> i32 {
+    let mut nums = Vec::new();
+    let mut mount: Option<PathBuf> = None;
+    for a in args {
+        if let Ok(n) = a.parse::<f64>() {
+            nums.push(n);
+        } else if a.starts_with('-') || mount.is_some() || !nums.is_empty() {
+            return usage();
+        } else {
+            mount = Some(PathBuf::from(a));
+        }
+    }
+    let (interval, count) = match nums.as_slice() {
+        [] => (None, Some(1)),
+        [i] if *i > 0.0 => (Some(*i), None),
+        [i, c] if *i > 0.0 && *c >= 1.0 && c.fract() == 0.0 => (Some(*i), Some(*c as u64)),
+        _ => return usage(),
+    };
+    let mount = match mount {
+        Some(m) => m,
+        None => match control::mounts().first() {
+            Some(m) => m.clone(),
+            None => {
+                eprintln!("mirrorfs: no mirrorfs mounts");
+                return EXIT_USAGE;
+            }
+        },
+    };
+    let mut prev: Option<Stats> = None;
+    let mut done = 0u64;
+    loop {
+        let st = match control::stats(&mount) {
+            Ok(s) => s,
+            Err((code, e)) => {
+                eprintln!("mirrorfs: {e}");
+                return code;
+            }
+        };
+        if done > 0 {
+            println!();
+        }
+        print!("{}", render(&st, prev.as_ref()));
+        done += 1;
+        if count.is_some_and(|c| done >= c) {
+            return 0;
+        }
+        let Some(i) = interval else { return 0 };
+        prev = Some(st);
+        std::thread::sleep(Duration::from_secs_f64(i));
+    }
+}

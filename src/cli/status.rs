@@ -1,0 +1,274 @@
+//! `mirrorfs status [--json] [MOUNT...]`: a `zpool status`-like report, and an exit status
+//! monitoring can use: 0 every leg online and no errors, 1 degraded or errors counted,
+//! 2 usage error or not a mirrorfs mount.
+
+use super::control::{self, EXIT_USAGE};
+use crate::stats::{ScanStats, Stats};
+use std::fmt::Write;
+use std::path::PathBuf;
+
+/// `1.2G`-style sizes (powers of 1024).
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: &[&str] = &["B", "K", "M", "G", "T", "P"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n}B")
+    } else if v < 10.0 {
+        format!("{v:.1}{}", UNITS[u])
+    } else {
+        format!("{v:.0}{}", UNITS[u])
+    }
+}
+
+/// `1h 02m 03s`.
+pub fn human_duration(s: u64) -> String {
+    let (d, h, m, s) = (s / 86400, s / 3600 % 24, s / 60 % 60, s % 60);
+    if d > 0 {
+        format!("{d}d {h:02}h {m:02}m")
+    } else {
+        format!("{h}h {m:02}m {s:02}s")
+    }
+}
+
+fn scan_line(kind: &str, s: &ScanStats) -> String {
+    let pct = s.percent();
+    match s.state.as_str() {
+        "running" => format!(
+            "{kind} in progress onto {} for {}: {} of {} ({} of {} entries), {pct:.1}% done, {}/s, {} to go",
+            s.legs.join(", "),
+            human_duration(s.elapsed_s),
+            human_bytes(s.done_bytes),
+            human_bytes(s.total_bytes),
+            s.done_entries,
+            s.total_entries,
+            human_bytes(s.rate),
+            s.eta_s.map(human_duration).unwrap_or_else(|| "unknown".into()),
+        ),
+        state => format!(
+            "{kind} {state} after {}: {} in {} entries, {} differences, {} repaired, {} errors",
+            human_duration(s.elapsed_s),
+            human_bytes(s.done_bytes),
+            s.done_entries,
+            s.differences,
+            s.repaired,
+            s.errors
+        ),
+    }
+}
+
+/// The report for one mount.
+pub fn render(st: &Stats) -> String {
+    let mut o = String::new();
+    let errors: u64 = st
+        .legs
+        .iter()
+        .map(|l| l.read_errors + l.write_errors + l.checksum_errors)
+        .sum();
+    let _ = writeln!(o, "  mount: {}", st.mount);
+    let _ = writeln!(o, "  state: {}", st.state);
+    if st.state != "ONLINE" {
+        let down: Vec<String> = st
+            .legs
+            .iter()
+            .filter(|l| l.state != "ONLINE")
+            .map(|l| {
+                let why = match l.state.as_str() {
+                    "FAULTED" => "dropped after errors",
+                    "MISSING" => "not there at mount",
+                    "STALE" => "behind the others, left alone",
+                    "RESYNCING" => "being resynced",
+                    _ => "not in sync",
+                };
+                format!("{} ({why})", l.name)
+            })
+            .collect();
+        let _ = writeln!(
+            o,
+            " status: {} of {} legs online; {}. The data is served from the others.",
+            st.legs_online,
+            st.legs_total,
+            down.join(", ")
+        );
+        let _ = writeln!(
+            o,
+            " action: find the cause in the system log (journalctl -t mirrorfs), fix or replace the leg, and resync it (docs/operations.md)."
+        );
+    } else if errors > 0 {
+        let _ = writeln!(
+            o,
+            " status: I/O errors were counted on some leg, but every leg is in sync."
+        );
+        let _ = writeln!(
+            o,
+            " action: check the leg's disk; reset the counters with 'mirrorfs set {} stats_reset 1'.",
+            st.mount
+        );
+    }
+    let _ = writeln!(o, " policy: {}", st.read_policy);
+    let _ = writeln!(
+        o,
+        " uptime: {}  (daemon pid {}, mirrorfs {})",
+        human_duration(st.uptime_s),
+        st.pid,
+        st.mirrorfs_version
+    );
+    let mut scans = Vec::new();
+    if let Some(r) = &st.resync {
+        scans.push(scan_line("resync", r));
+    }
+    if let Some(s) = &st.scrub {
+        scans.push(scan_line("scrub", s));
+    }
+    if scans.is_empty() {
+        scans.push("none requested".into());
+    }
+    for (i, s) in scans.iter().enumerate() {
+        let _ = writeln!(o, "{}{s}", if i == 0 { "   scan: " } else { "         " });
+    }
+    let _ = writeln!(o, " config:\n");
+    let picks: u64 = st.legs.iter().map(|l| l.policy_picks).sum();
+    let name_w = st
+        .legs
+        .iter()
+        .map(|l| l.name.len() + 2)
+        .max()
+        .unwrap_or(0)
+        .max(8);
+    let _ = writeln!(
+        o,
+        "\t{:<name_w$} {:<9} {:>5} {:>5} {:>5}  {:<12} {:>7} {:>7} {:>6}  PATH",
+        "NAME", "STATE", "READ", "WRITE", "CKSUM", "ROTATIONAL", "READ-B", "WRITE-B", "SHARE"
+    );
+    let sum = |f: fn(&crate::stats::LegStats) -> u64| st.legs.iter().map(f).sum::<u64>();
+    let _ = writeln!(
+        o,
+        "\t{:<name_w$} {:<9} {:>5} {:>5} {:>5}",
+        "mirror",
+        st.state,
+        sum(|l| l.read_errors),
+        sum(|l| l.write_errors),
+        sum(|l| l.checksum_errors)
+    );
+    for l in &st.legs {
+        let rot = format!(
+            "{} ({})",
+            if l.rotational { "yes" } else { "no" },
+            match l.rotational_source.as_str() {
+                "option" => "opt",
+                "measured" => "meas",
+                "unknown" => "?",
+                s => s,
+            }
+        );
+        let share = if picks == 0 {
+            "-".to_string()
+        } else {
+            format!("{:.0}%", l.policy_picks as f64 * 100.0 / picks as f64)
+        };
+        let name = format!("  {}", l.name);
+        let _ = writeln!(
+            o,
+            "\t{:<name_w$} {:<9} {:>5} {:>5} {:>5}  {:<12} {:>7} {:>7} {:>6}  {}{}",
+            name,
+            l.state,
+            l.read_errors,
+            l.write_errors,
+            l.checksum_errors,
+            rot,
+            human_bytes(l.read_bytes),
+            human_bytes(l.write_bytes),
+            share,
+            l.path,
+            if l.writemostly { "  (writemostly)" } else { "" }
+        );
+    }
+    let _ = writeln!(
+        o,
+        "\nerrors: {}",
+        if errors == 0 {
+            "No known data errors".to_string()
+        } else {
+            format!("{errors} I/O or checksum error(s) counted on the legs; no data lost while another leg was in sync")
+        }
+    );
+    o
+}
+
+/// Exit status for one mount's stats: 0 healthy, 1 degraded or errors.
+pub fn health(st: &Stats) -> i32 {
+    let errors = st
+        .legs
+        .iter()
+        .any(|l| l.read_errors + l.write_errors + l.checksum_errors > 0);
+    if st.state != "ONLINE" || errors {
+        1
+    } else {
+        0
+    }
+}
+
+pub fn run(args: &[String]) -> i32 {
+    let mut json = false;
+    let mut mounts: Vec<PathBuf> = Vec::new();
+    for a in args {
+        match a.as_str() {
+            "--json" | "-j" => json = true,
+            "-h" | "--help" => {
+                println!("usage: mirrorfs status [--json] [MOUNT...]\n\nExit status: 0 every leg online and no errors, 1 degraded or errors, 2 usage error or not a mirrorfs mount.");
+                return 0;
+            }
+            s if s.starts_with('-') => {
+                eprintln!("mirrorfs: status: unknown flag '{s}' (usage: mirrorfs status [--json] [MOUNT...])");
+                return EXIT_USAGE;
+            }
+            s => mounts.push(PathBuf::from(s)),
+        }
+    }
+    if mounts.is_empty() {
+        mounts = control::mounts();
+        if mounts.is_empty() {
+            eprintln!("mirrorfs: no mirrorfs mounts");
+            return EXIT_USAGE;
+        }
+    }
+    let mut worst = 0;
+    for (i, m) in mounts.iter().enumerate() {
+        match control::stats(m) {
+            Ok(st) => {
+                if json {
+                    println!("{}", serde_json::to_string(&st).expect("serializable"));
+                } else {
+                    if i > 0 {
+                        println!();
+                    }
+                    print!("{}", render(&st));
+                }
+                worst = worst.max(health(&st));
+            }
+            Err((code, e)) => {
+                eprintln!("mirrorfs: {e}");
+                worst = worst.max(code);
+            }
+        }
+    }
+    worst
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_durations_read_well() {
+        assert_eq!(human_bytes(0), "0B");
+        assert_eq!(human_bytes(1536), "1.5K");
+        assert_eq!(human_bytes(300 << 20), "300M");
+        assert_eq!(human_duration(3723), "1h 02m 03s");
+        assert_eq!(human_duration(90000), "1d 01h 00m");
+    }
+}

@@ -1,0 +1,367 @@
+//! The control interface: `MOUNT/.mirrorfs` and the `user.mirrorfs.*` keys.
+//!
+//! The control file is an empty, read-only regular file at the mount's root that readdir does
+//! not list. It (and the root directory) answers:
+//! - `user.mirrorfs.stats`: the statistics document ([`crate::stats`]);
+//! - `user.mirrorfs.<option>` for every mount option, `version`, `pid`, `mount`, `state`,
+//!   `legs`; `read_policy` can be set live (EINVAL and no change for a bad value), the others
+//!   are read-only (EROFS);
+//! - `user.mirrorfs.stats_reset` (write-only) zeroes the counters.
+//!
+//! Every file answers `relpath`, `allpaths`, `readleg` and `copies` (read-only).
+//!
+//! With `-o fault_injection` (tests only), `user.mirrorfs.fault` takes a rule
+//! (`leg=N|NAME op=read|write|...|* errno=EIO|EROFS|ENOSPC|N [times=N]`): on the root or the
+//! control file for every file, on a file for that file only; `clear` removes every rule.
+//!
+//! None of these keys is stored on a leg, and none is listed by listxattr except on the
+//! control file itself (so `cp -a` and `rsync -X` never copy them). Unknown keys get ENODATA.
+
+use super::inode::{CONTROL_INO, ROOT_INO};
+use super::{InodeRef, MirrorFs};
+use crate::errno::{Errno, Result};
+use crate::leg::LegIdx;
+use crate::mirror::fault::FaultRule;
+use crate::policy::ReadRequest;
+use crate::stats::{LatencyStats, LegStats, Stats, STATS_VERSION};
+use fuser::{FileAttr, FileType, INodeNo};
+use std::os::fd::AsFd;
+use std::sync::atomic::Ordering;
+use std::time::SystemTime;
+
+/// The control file's name at the mount's root.
+pub const CONTROL_NAME: &str = ".mirrorfs";
+
+/// The handle number an open of the control file gets (real handles start at 1).
+pub const CONTROL_FH: u64 = 0;
+
+/// The informational keys, answered on the control file and the root.
+const INFO_KEYS: &[&str] = &[
+    "stats",
+    "version",
+    "pid",
+    "mount",
+    "state",
+    "legs",
+    "read_policy",
+    "minfreespace",
+];
+
+/// Keys that can be written.
+const WRITABLE_KEYS: &[&str] = &["read_policy", "minfreespace", "stats_reset"];
+
+/// The per-file keys.
+const FILE_KEYS: &[&str] = &["relpath", "allpaths", "readleg", "copies"];
+
+/// How a `user.mirrorfs.*` name relates to an inode.
+enum Key<'a> {
+    /// A mount-wide key (control file or root).
+    Mount(&'a str),
+    /// A per-file key.
+    File(&'a str),
+    /// Injected faults (only with `-o fault_injection`).
+    Fault,
+    /// Nothing we know.
+    Unknown,
+}
+
+impl MirrorFs {
+    /// The control file's attributes: empty, 0644, owned by the daemon's user, timed at mount.
+    pub fn control_attr(&self) -> FileAttr {
+        let t = SystemTime::now() - self.started.elapsed();
+        FileAttr {
+            ino: INodeNo(CONTROL_INO),
+            size: 0,
+            blocks: 0,
+            atime: t,
+            mtime: t,
+            ctime: t,
+            crtime: t,
+            kind: FileType::RegularFile,
+            perm: 0o644,
+            nlink: 1,
+            uid: crate::sys::geteuid(),
+            gid: crate::sys::getegid(),
+            rdev: 0,
+            blksize: 4096,
+            flags: 0,
+        }
+    }
+
+    /// Whether `parent`/`name` is the control file.
+    pub(super) fn is_control_name(parent: u64, name: &std::ffi::OsStr) -> bool {
+        parent == ROOT_INO && name == CONTROL_NAME
+    }
+
+    fn classify<'a>(&self, ino: u64, key: &'a str) -> Key<'a> {
+        let mount_wide = ino == CONTROL_INO || ino == ROOT_INO;
+        if key == "fault" && self.config.fault_injection {
+            return Key::Fault;
+        }
+        if mount_wide
+            && (INFO_KEYS.contains(&key)
+                || WRITABLE_KEYS.contains(&key)
+                || self.config.options.iter().any(|(k, _)| k == key))
+        {
+            Key::Mount(key)
+        } else if ino != CONTROL_INO && FILE_KEYS.contains(&key) {
+            Key::File(key)
+        } else {
+            Key::Unknown
+        }
+    }
+
+    /// `getxattr` of `user.mirrorfs.<key>` on `ino`.
+    pub(super) fn control_get(&self, ino: u64, key: &str) -> Result<Vec<u8>> {
+        match self.classify(ino, key) {
+            Key::Mount(k) => self.mount_key(k),
+            Key::File(k) => self.file_key(&self.inodes.get(ino)?, k),
+            Key::Fault => Ok(self
+                .mirror
+                .faults()
+                .iter()
+                .map(|r| format!("{r:?}\n"))
+                .collect::<String>()
+                .into()),
+            Key::Unknown => Err(Errno::ENODATA),
+        }
+    }
+
+    /// `setxattr` of `user.mirrorfs.<key>` on `ino`. Nothing changes unless the value is good.
+    pub(super) fn control_set(&self, ino: u64, key: &str, value: &[u8]) -> Result<()> {
+        match self.classify(ino, key) {
+            Key::Mount("read_policy") => {
+                let v = std::str::from_utf8(value).map_err(|_| Errno::EINVAL)?;
+                self.mirror.set_policy(v.trim())
+            }
+            Key::Mount("minfreespace") => {
+                let v = std::str::from_utf8(value).map_err(|_| Errno::EINVAL)?;
+                let bytes = crate::config::parse_size(v).ok_or(Errno::EINVAL)?;
+                for leg in self.mirror.legs() {
+                    leg.reserve.store(bytes, Ordering::Relaxed);
+                }
+                log::info!("minfreespace: {bytes} bytes on every leg");
+                Ok(())
+            }
+            Key::Mount("stats_reset") => {
+                self.reset_stats();
+                Ok(())
+            }
+            Key::Fault => {
+                let v = std::str::from_utf8(value)
+                    .map_err(|_| Errno::EINVAL)?
+                    .trim();
+                if v == "clear" {
+                    self.mirror.clear_faults();
+                    return Ok(());
+                }
+                let names: Vec<String> =
+                    self.mirror.legs().iter().map(|l| l.name.clone()).collect();
+                let file = (ino != CONTROL_INO && ino != ROOT_INO).then_some(ino);
+                let rule = FaultRule::parse(v, &names, file).ok_or(Errno::EINVAL)?;
+                log::warn!("fault injection: {rule:?}");
+                self.mirror.inject_fault(rule);
+                Ok(())
+            }
+            Key::Mount(_) | Key::File(_) => Err(Errno::EROFS),
+            // On ordinary files the whole namespace is reserved: nothing is ever stored.
+            Key::Unknown if ino == CONTROL_INO || ino == ROOT_INO => Err(Errno::ENODATA),
+            Key::Unknown => Err(Errno::EPERM),
+        }
+    }
+
+    /// `removexattr` of `user.mirrorfs.<key>`: nothing of ours can be removed.
+    pub(super) fn control_remove(&self, ino: u64, key: &str) -> Result<()> {
+        match self.classify(ino, key) {
+            Key::Mount(_) | Key::File(_) | Key::Fault => Err(Errno::EROFS),
+            Key::Unknown => Err(Errno::ENODATA),
+        }
+    }
+
+    /// The names listxattr shows on the control file: every readable mount-wide key.
+    pub(super) fn control_list(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        let keys = INFO_KEYS
+            .iter()
+            .map(|k| k.to_string())
+            .chain(self.config.options.iter().map(|(k, _)| k.clone()));
+        for k in keys {
+            out.extend_from_slice(super::xattr::CONTROL_PREFIX);
+            out.extend_from_slice(k.as_bytes());
+            out.push(0);
+        }
+        out
+    }
+
+    fn mount_key(&self, key: &str) -> Result<Vec<u8>> {
+        let v = match key {
+            "stats" => serde_json::to_vec(&self.stats()).map_err(|_| Errno::EIO)?,
+            "version" => env!("CARGO_PKG_VERSION").into(),
+            "pid" => std::process::id().to_string().into(),
+            "mount" => self.config.mount.display().to_string().into(),
+            "state" => self.mount_state().into(),
+            "legs" => self
+                .mirror
+                .legs()
+                .iter()
+                .map(|l| l.path.display().to_string())
+                .collect::<Vec<_>>()
+                .join(":")
+                .into(),
+            "read_policy" => self.mirror.policy_name().into(),
+            "minfreespace" => {
+                let legs = self.mirror.legs();
+                let r: Vec<u64> = legs
+                    .iter()
+                    .map(|l| l.reserve.load(Ordering::Relaxed))
+                    .collect();
+                if r.iter().all(|&x| x == r[0]) {
+                    r[0].to_string().into()
+                } else {
+                    legs.iter()
+                        .zip(&r)
+                        .map(|(l, x)| format!("{}={x}", l.name))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                        .into()
+                }
+            }
+            "stats_reset" => return Err(Errno::ENODATA),
+            k => match self.config.options.iter().find(|(o, _)| o == k) {
+                Some((_, v)) => v.clone().into(),
+                None => return Err(Errno::ENODATA),
+            },
+        };
+        Ok(v)
+    }
+
+    /// ONLINE, DEGRADED or FAULTED.
+    pub fn mount_state(&self) -> &'static str {
+        let online = self.mirror.in_sync_legs().len();
+        if online == 0 {
+            "FAULTED"
+        } else if online < self.mirror.legs().len() {
+            "DEGRADED"
+        } else {
+            "ONLINE"
+        }
+    }
+
+    /// Zeroes every leg's counters.
+    pub fn reset_stats(&self) {
+        for leg in self.mirror.legs() {
+            leg.counters.reset();
+        }
+    }
+
+    /// The statistics document, now.
+    pub fn stats(&self) -> Stats {
+        let legs: Vec<LegStats> = self
+            .mirror
+            .legs()
+            .iter()
+            .map(|l| {
+                let c = &l.counters;
+                let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+                let (small, large, bandwidth) = l.service_figures();
+                LegStats {
+                    name: l.name.clone(),
+                    path: l.path.display().to_string(),
+                    state: l.state().as_str().into(),
+                    rotational: l.rotational,
+                    rotational_source: l.rotational_source.as_str().into(),
+                    writemostly: l.writemostly,
+                    device: l.device.name(),
+                    read_ops: get(&c.read_ops),
+                    read_bytes: get(&c.read_bytes),
+                    write_ops: get(&c.write_ops),
+                    write_bytes: get(&c.write_bytes),
+                    read_errors: get(&c.read_errors),
+                    write_errors: get(&c.write_errors),
+                    checksum_errors: get(&c.checksum_errors),
+                    read_repairs: get(&c.read_repairs),
+                    inflight: l.inflight.load(Ordering::Relaxed),
+                    device_inflight: l.device.inflight_recent(),
+                    latency_us: LatencyStats {
+                        small_read: small,
+                        large_read: large,
+                    },
+                    read_bandwidth: bandwidth,
+                    policy_picks: get(&c.policy_picks),
+                    stream_switches: get(&c.stream_switches),
+                    split_reads: get(&c.split_reads),
+                }
+            })
+            .collect();
+        let up = self.started.elapsed();
+        Stats {
+            version: STATS_VERSION,
+            mirrorfs_version: env!("CARGO_PKG_VERSION").into(),
+            mount: self.config.mount.display().to_string(),
+            pid: std::process::id(),
+            state: self.mount_state().into(),
+            read_policy: self.mirror.policy_name(),
+            uptime_s: up.as_secs(),
+            uptime_us: up.as_micros() as u64,
+            legs_total: legs.len(),
+            legs_online: self.mirror.in_sync_legs().len(),
+            legs,
+            resync: None,
+            scrub: None,
+        }
+    }
+
+    fn file_key(&self, inode: &InodeRef, key: &str) -> Result<Vec<u8>> {
+        let leg_path = |leg: LegIdx| -> Result<std::path::PathBuf> {
+            crate::sys::fd::path_of(inode.fd(leg)?.as_fd())
+        };
+        match key {
+            "relpath" => {
+                let leg = self.mirror.metadata_leg();
+                let p = leg_path(leg)?;
+                let rel = p
+                    .strip_prefix(&self.mirror.leg(leg).path)
+                    .map_err(|_| Errno::EIO)?;
+                Ok(format!("/{}", rel.display()).into())
+            }
+            "allpaths" => {
+                let mut out = Vec::new();
+                for leg in self.mirror.in_sync_legs() {
+                    if !out.is_empty() {
+                        out.push(0);
+                    }
+                    out.extend_from_slice(leg_path(leg)?.display().to_string().as_bytes());
+                }
+                Ok(out)
+            }
+            "readleg" => {
+                let req = ReadRequest {
+                    file: inode.ino,
+                    size: 128 * 1024,
+                    ..Default::default()
+                };
+                let legs = self.mirror.in_sync_legs();
+                let leg = self
+                    .mirror
+                    .preview_read_leg(&legs, &req)
+                    .ok_or(Errno::EIO)?;
+                Ok(self.mirror.leg(leg).name.clone().into())
+            }
+            "copies" => {
+                let mut map = serde_json::Map::new();
+                for l in self.mirror.legs() {
+                    let state = if !l.is_in_sync() {
+                        "stale"
+                    } else if inode.fd(l.idx).is_ok() {
+                        "in_sync"
+                    } else {
+                        "missing"
+                    };
+                    map.insert(l.name.clone(), state.into());
+                }
+                serde_json::to_vec(&map).map_err(|_| Errno::EIO)
+            }
+            _ => Err(Errno::ENODATA),
+        }
+    }
+}

@@ -1,0 +1,426 @@
+//! Which paths may differ between the legs: the write-intent log and the "changed while away"
+//! logs.
+//!
+//! **Write-intent log** (md's bitmap idea, per path): before the first change to a file or a
+//! directory that is clean, its path relative to the leg root is appended to
+//! `.mirrorfs/intent.log` on every in-sync leg and flushed (`fdatasync`); only then does the
+//! change reach any leg. Entries are cleared lazily: a sweep every second takes the entries
+//! idle for [`IDLE`], flushes those objects on every leg, and rewrites the log without them
+//! (atomically). A clean unmount flushes everything and empties the log. After a crash, the
+//! union of the legs' intent logs lists every path whose copies may differ; everything else is
+//! identical on every leg.
+//!
+//! **Away logs**: while a member is not in sync (missing, stale or dropped), every in-sync
+//! leg keeps `.mirrorfs/away-<LEG_ID>.log`, the paths changed since it left (appended, flushed
+//! at each sweep, before any intent entry is cleared). Its return needs those paths resynced,
+//! not the whole tree. If the mirror crashed meanwhile, the away log may lack the last second's
+//! paths, but those are still in the intent log: the union of both is complete.
+//!
+//! Records are NUL-terminated paths (paths may hold newlines), relative to the leg root,
+//! without a leading `/`; the root itself is `.`.
+
+use super::META_DIR;
+use parking_lot::Mutex;
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The write-intent log's file name in `.mirrorfs/`.
+pub const INTENT_LOG: &str = "intent.log";
+
+/// An entry idle for this long is flushed and cleared by the next sweep.
+pub const IDLE: Duration = Duration::from_secs(2);
+
+/// The file name of the away log of the leg `leg_id`.
+pub fn away_log_name(leg_id: &str) -> String {
+    format!("away-{leg_id}.log")
+}
+
+/// Reads a log of NUL-terminated paths; an absent log is empty. A torn last record (a crash
+/// in the middle of an append) is kept: it names a path too, possibly cut short, and resyncing
+/// a path that does not exist is harmless.
+pub fn read_log(path: &Path) -> std::io::Result<Vec<Vec<u8>>> {
+    match std::fs::read(path) {
+        Ok(bytes) => Ok(bytes
+            .split(|&b| b == 0)
+            .filter(|r| !r.is_empty())
+            .map(<[u8]>::to_vec)
+            .collect()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
+}
+
+fn log_path(leg_root: &Path, name: &str) -> PathBuf {
+    leg_root.join(META_DIR).join(name)
+}
+
+fn append(path: &Path, records: &[&[u8]], sync: bool) -> std::io::Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)?;
+    let mut buf = Vec::new();
+    for r in records {
+        buf.extend_from_slice(r);
+        buf.push(0);
+    }
+    f.write_all(&buf)?;
+    if sync {
+        f.sync_data()?;
+    }
+    Ok(())
+}
+
+/// Replaces a log by `records`, atomically (temporary file, flush, rename).
+fn rewrite(path: &Path, records: &[&[u8]]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    let mut buf = Vec::new();
+    for r in records {
+        buf.extend_from_slice(r);
+        buf.push(0);
+    }
+    f.write_all(&buf)?;
+    f.sync_data()?;
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+/// A path that may differ between the legs, for as long as it is being changed.
+struct Dirty {
+    path: Vec<u8>,
+    last_change: Instant,
+}
+
+/// The members that are away, and the paths changed since each left.
+struct Away {
+    leg_id: String,
+    /// Paths already in its log.
+    recorded: HashSet<Vec<u8>>,
+    /// Paths not yet written to its log.
+    pending: Vec<Vec<u8>>,
+}
+
+struct Inner {
+    /// Dirty objects by the mirror's inode number.
+    dirty: HashMap<u64, Dirty>,
+    away: Vec<Away>,
+}
+
+/// The change records of one mounted mirror.
+pub struct ChangeLog {
+    /// Leg roots, by leg index.
+    roots: Vec<PathBuf>,
+    /// Whether the write-intent log is kept (`write_intent=off` turns it off).
+    intent: bool,
+    inner: Mutex<Inner>,
+}
+
+/// What [`ChangeLog::sweep`] cleared, for the caller to flush first.
+pub struct Sweep {
+    pub inos: Vec<u64>,
+}
+
+impl ChangeLog {
+    pub fn new(roots: Vec<PathBuf>, intent: bool) -> ChangeLog {
+        ChangeLog {
+            roots,
+            intent,
+            inner: Mutex::new(Inner {
+                dirty: HashMap::new(),
+                away: Vec::new(),
+            }),
+        }
+    }
+
+    pub fn intent_enabled(&self) -> bool {
+        self.intent
+    }
+
+    /// The union of the intent logs of `legs` (at mount, after a crash).
+    pub fn read_intent(roots: &[&Path]) -> Vec<Vec<u8>> {
+        let mut all: Vec<Vec<u8>> = Vec::new();
+        for r in roots {
+            match read_log(&log_path(r, INTENT_LOG)) {
+                Ok(v) => all.extend(v),
+                Err(e) => log::error!("cannot read the intent log of '{}': {e}", r.display()),
+            }
+        }
+        all.sort();
+        all.dedup();
+        all
+    }
+
+    /// Whether `ino` is marked dirty now.
+    pub fn is_dirty(&self, ino: u64) -> bool {
+        self.inner.lock().dirty.contains_key(&ino)
+    }
+
+    /// How many objects are marked dirty now.
+    pub fn dirty_count(&self) -> usize {
+        self.inner.lock().dirty.len()
+    }
+
+    /// Starts the away log of `leg_id` (a member that left: missing at mount, stale, or just
+    /// dropped). Every object dirty now is in it from the start: a change in progress when a
+    /// leg is dropped is marked before it reaches any leg.
+    pub fn start_away(&self, leg_id: &str) {
+        let mut inner = self.inner.lock();
+        if inner.away.iter().any(|a| a.leg_id == leg_id) {
+            return;
+        }
+        let pending: Vec<Vec<u8>> = inner.dirty.values().map(|d| d.path.clone()).collect();
+        inner.away.push(Away {
+            leg_id: leg_id.to_string(),
+            recorded: HashSet::new(),
+            pending,
+        });
+    }
+
+    /// The ids of the members with an away log.
+    pub fn away_ids(&self) -> Vec<String> {
+        self.inner
+            .lock()
+            .away
+            .iter()
+            .map(|a| a.leg_id.clone())
+            .collect()
+    }
+
+    /// Records that the object `ino` at `path` is about to change, on the in-sync legs
+    /// `legs`. For the intent log, the record is on stable storage on every such leg when this
+    /// returns (the first time only; later calls cost a map lookup). `path` is asked for only
+    /// when needed (`None`: the object has no path any more, e.g. deleted while open: nothing
+    /// to record).
+    ///
+    /// Returns the legs whose intent log could not be written, with the error: the caller
+    /// drops them (their copy can no longer be trusted after a crash).
+    pub fn will_change(
+        &self,
+        ino: u64,
+        legs: &[usize],
+        path: impl FnOnce() -> Option<Vec<u8>>,
+    ) -> Vec<(usize, std::io::Error)> {
+        let mut inner = self.inner.lock();
+        if let Some(d) = inner.dirty.get_mut(&ino) {
+            d.last_change = Instant::now();
+            return Vec::new();
+        }
+        let need_path = self.intent || !inner.away.is_empty();
+        if !need_path {
+            return Vec::new();
+        }
+        let Some(p) = path() else {
+            return Vec::new();
+        };
+        for a in inner.away.iter_mut() {
+            if !a.recorded.contains(&p) {
+                a.pending.push(p.clone());
+            }
+        }
+        if !self.intent {
+            return Vec::new();
+        }
+        // Held across the flush: a second writer of the same object must not go ahead
+        // before the record is durable. Different objects wait too; the cost is one flush
+        // per newly dirtied object per idle period.
+        let failed: Vec<(usize, std::io::Error)> = legs
+            .iter()
+            .filter_map(|&l| {
+                append(&log_path(&self.roots[l], INTENT_LOG), &[&p], true)
+                    .err()
+                    .map(|e| (l, e))
+            })
+            .collect();
+        inner.dirty.insert(
+            ino,
+            Dirty {
+                path: p,
+                last_change: Instant::now(),
+            },
+        );
+        failed
+    }
+
+    /// Writes the away logs' pending paths to every leg in `legs` and flushes them.
+    pub fn flush_away(&self, legs: &[usize]) {
+        let mut inner = self.inner.lock();
+        for a in inner.away.iter_mut() {
+            if a.pending.is_empty() {
+                continue;
+            }
+            let mut fresh: Vec<Vec<u8>> = std::mem::take(&mut a.pending);
+            fresh.sort();
+            fresh.dedup();
+            fresh.retain(|p| !a.recorded.contains(p));
+            let records: Vec<&[u8]> = fresh.iter().map(Vec::as_slice).collect();
+            let name = away_log_name(&a.leg_id);
+            for &l in legs {
+                if let Err(e) = append(&log_path(&self.roots[l], &name), &records, true) {
+                    log::error!(
+                        "cannot write the away log of {} on '{}': {e}",
+                        a.leg_id,
+                        self.roots[l].display()
+                    );
+                }
+            }
+            a.recorded.extend(fresh);
+        }
+    }
+
+    /// The objects idle for [`IDLE`]: the caller flushes them on every leg and then calls
+    /// [`clear`](Self::clear) with them.
+    pub fn idle(&self) -> Sweep {
+        let inner = self.inner.lock();
+        Sweep {
+            inos: inner
+                .dirty
+                .iter()
+                .filter(|(_, d)| d.last_change.elapsed() >= IDLE)
+                .map(|(&i, _)| i)
+                .collect(),
+        }
+    }
+
+    /// Clears the entries of `sweep` that did not change again meanwhile, and rewrites the
+    /// intent logs on `legs` with what is left. Away logs are flushed first, so that a path
+    /// leaves the intent log only once it is in every away log.
+    pub fn clear(&self, sweep: &Sweep, legs: &[usize]) {
+        if sweep.inos.is_empty() {
+            return;
+        }
+        self.flush_away(legs);
+        let mut inner = self.inner.lock();
+        let before = inner.dirty.len();
+        for ino in &sweep.inos {
+            if inner
+                .dirty
+                .get(ino)
+                .is_some_and(|d| d.last_change.elapsed() >= IDLE)
+            {
+                inner.dirty.remove(ino);
+            }
+        }
+        if inner.dirty.len() == before {
+            return;
+        }
+        let left: Vec<&[u8]> = inner.dirty.values().map(|d| d.path.as_slice()).collect();
+        for &l in legs {
+            if let Err(e) = rewrite(&log_path(&self.roots[l], INTENT_LOG), &left) {
+                log::error!(
+                    "cannot rewrite the intent log on '{}': {e}",
+                    self.roots[l].display()
+                );
+            }
+        }
+    }
+
+    /// At a clean unmount, once every leg is flushed: nothing is dirty any more.
+    pub fn clear_all(&self, legs: &[usize]) {
+        self.flush_away(legs);
+        let mut inner = self.inner.lock();
+        inner.dirty.clear();
+        for &l in legs {
+            if let Err(e) = rewrite(&log_path(&self.roots[l], INTENT_LOG), &[]) {
+                log::error!(
+                    "cannot empty the intent log on '{}': {e}",
+                    self.roots[l].display()
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn legs(n: usize) -> (tempfile::TempDir, Vec<PathBuf>) {
+        let d = tempfile::tempdir().unwrap();
+        let v: Vec<PathBuf> = (0..n)
+            .map(|i| {
+                let p = d.path().join(format!("l{i}"));
+                std::fs::create_dir_all(p.join(META_DIR)).unwrap();
+                p
+            })
+            .collect();
+        (d, v)
+    }
+
+    #[test]
+    fn a_change_is_on_every_leg_before_it_happens_and_cleared_once_idle() {
+        let (_d, roots) = legs(2);
+        let log = ChangeLog::new(roots.clone(), true);
+        let mut asked = 0;
+        assert!(log
+            .will_change(7, &[0, 1], || {
+                asked += 1;
+                Some(b"dir/with\nnewline".to_vec())
+            })
+            .is_empty());
+        assert!(log
+            .will_change(7, &[0, 1], || {
+                asked += 1;
+                Some(b"never asked".to_vec())
+            })
+            .is_empty());
+        assert_eq!(asked, 1, "the path is asked for once per dirty period");
+        let refs: Vec<&Path> = roots.iter().map(PathBuf::as_path).collect();
+        for r in &refs {
+            assert_eq!(
+                read_log(&log_path(r, INTENT_LOG)).unwrap(),
+                vec![b"dir/with\nnewline".to_vec()]
+            );
+        }
+        // Not idle yet: nothing to clear.
+        assert!(log.idle().inos.is_empty());
+        // Deleted while open: no path, no record.
+        log.will_change(8, &[0, 1], || None);
+        assert!(!log.is_dirty(8));
+        // Cleared when idle (simulated by asking clear directly with an aged entry).
+        log.inner.lock().dirty.get_mut(&7).unwrap().last_change -= IDLE;
+        let s = log.idle();
+        assert_eq!(s.inos, vec![7]);
+        log.clear(&s, &[0, 1]);
+        assert!(!log.is_dirty(7));
+        assert!(ChangeLog::read_intent(&refs).is_empty());
+    }
+
+    #[test]
+    fn away_logs_get_what_was_dirty_and_everything_after() {
+        let (_d, roots) = legs(2);
+        let log = ChangeLog::new(roots.clone(), true);
+        log.will_change(1, &[0, 1], || Some(b"a".to_vec()));
+        log.start_away("L1");
+        log.will_change(2, &[0], || Some(b"b".to_vec()));
+        log.will_change(3, &[0], || Some(b"b".to_vec()));
+        log.flush_away(&[0]);
+        let got = read_log(&log_path(&roots[0], &away_log_name("L1"))).unwrap();
+        assert_eq!(got, vec![b"a".to_vec(), b"b".to_vec()]);
+        // Without the intent log, the away log still gets every changed path.
+        let (_d2, roots2) = legs(1);
+        let log = ChangeLog::new(roots2.clone(), false);
+        log.start_away("L9");
+        log.will_change(5, &[0], || Some(b"x".to_vec()));
+        log.flush_away(&[0]);
+        assert_eq!(
+            read_log(&log_path(&roots2[0], &away_log_name("L9"))).unwrap(),
+            vec![b"x".to_vec()]
+        );
+        assert!(read_log(&log_path(&roots2[0], INTENT_LOG))
+            .unwrap()
+            .is_empty());
+    }
+}

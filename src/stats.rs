@@ -1,0 +1,123 @@
+//! The statistics document (`user.mirrorfs.stats`): one JSON object, `"version"` first.
+//!
+//! The daemon builds it (see `fs/control.rs`); `mirrorfs status` and `mirrorfs iostat` read it
+//! back. Every figure is an integer in bytes, microseconds or seconds; a figure that is not
+//! known (no device, nothing measured yet) is `null`. Fields are only ever added within a
+//! version; a change in meaning moves [`STATS_VERSION`].
+
+use serde::{Deserialize, Serialize};
+
+/// The format's version, the document's first field.
+pub const STATS_VERSION: u32 = 1;
+
+/// The whole mount.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Stats {
+    pub version: u32,
+    /// mirrorfs's own version.
+    pub mirrorfs_version: String,
+    /// The mount point.
+    pub mount: String,
+    /// The daemon's process id.
+    pub pid: u32,
+    /// ONLINE (every leg in sync), DEGRADED (some leg is not, the data is still served), or
+    /// FAULTED (no leg can serve).
+    pub state: String,
+    pub read_policy: String,
+    pub uptime_s: u64,
+    /// Microseconds since the mount (for rates between two samples).
+    pub uptime_us: u64,
+    pub legs_total: usize,
+    pub legs_online: usize,
+    pub legs: Vec<LegStats>,
+    /// Resync progress, when a resync is running or has run since the mount.
+    pub resync: Option<ScanStats>,
+    /// Scrub progress, when a scrub is running or has run since the mount.
+    pub scrub: Option<ScanStats>,
+}
+
+/// One leg, in leg order.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct LegStats {
+    pub name: String,
+    pub path: String,
+    /// ONLINE (in sync) or FAULTED (dropped after an error; needs a resync).
+    pub state: String,
+    /// Effective rotational flag, and its source: sysfs, option, measured or unknown.
+    pub rotational: bool,
+    pub rotational_source: String,
+    pub writemostly: bool,
+    /// The block device under the leg (its sysfs name), if one was found.
+    pub device: Option<String>,
+    pub read_ops: u64,
+    pub read_bytes: u64,
+    pub write_ops: u64,
+    pub write_bytes: u64,
+    pub read_errors: u64,
+    pub write_errors: u64,
+    pub checksum_errors: u64,
+    /// Ranges rewritten on this leg after it failed to read them (read-repair).
+    pub read_repairs: u64,
+    /// Our own reads and writes on the leg now.
+    pub inflight: u32,
+    /// The device's in-flight count from sysfs (last fresh sample), if there is a device.
+    pub device_inflight: Option<u32>,
+    /// Time-decayed mean service times.
+    pub latency_us: LatencyStats,
+    /// Measured bandwidth of large reads, bytes per second.
+    pub read_bandwidth: Option<u64>,
+    /// Reads (or pieces of split reads) the read policy sent here.
+    pub policy_picks: u64,
+    /// Times a read stream moved onto this leg from another.
+    pub stream_switches: u64,
+    /// Split reads this leg served a piece of.
+    pub split_reads: u64,
+}
+
+/// Service-time averages of one leg, µs.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct LatencyStats {
+    /// Reads of 64 KiB or less.
+    pub small_read: Option<u64>,
+    /// Larger reads.
+    pub large_read: Option<u64>,
+}
+
+/// Progress of a resync or a scrub.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ScanStats {
+    /// running, finished, cancelled or failed.
+    pub state: String,
+    /// The leg(s) being written (resync) or every leg (scrub).
+    pub legs: Vec<String>,
+    pub started_unix_s: u64,
+    pub elapsed_s: u64,
+    pub done_entries: u64,
+    pub total_entries: u64,
+    pub done_bytes: u64,
+    pub total_bytes: u64,
+    /// Bytes per second over the scan so far.
+    pub rate: u64,
+    /// Seconds left at that rate, while running.
+    pub eta_s: Option<u64>,
+    /// Differences found (scrub) and repaired.
+    pub differences: u64,
+    pub repaired: u64,
+    pub errors: u64,
+}
+
+impl ScanStats {
+    /// Percent done by bytes (entries when there are no bytes), 0–100.
+    pub fn percent(&self) -> f64 {
+        let (done, total) = if self.total_bytes > 0 {
+            (self.done_bytes, self.total_bytes)
+        } else {
+            (self.done_entries, self.total_entries)
+        };
+        if total == 0 {
+            100.0
+        } else {
+            (done as f64 * 100.0 / total as f64).min(100.0)
+        }
+    }
+}
