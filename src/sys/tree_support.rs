@@ -1,0 +1,146 @@
+//! Syscalls the tree engine (`crate::tree`) needs beyond [`super::fd`] and [`super::xattr`]:
+//! extended attributes and times of an entry named by (directory descriptor, single name),
+//! never following a symlink in the last component.
+//!
+//! The xattr calls go through `/proc/self/fd/DIR/NAME` with the `l*xattr` variants: the kernel
+//! resolves the magic link to the very directory the descriptor holds, then looks `NAME` up in
+//! it without following a final symlink. This is what makes the xattrs of a symlink itself
+//! readable and writable (the `O_PATH` route of [`super::xattr`] would follow it).
+
+use super::{check, check_size};
+use crate::errno::{Errno, Result};
+use std::ffi::{CStr, CString};
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::unix::ffi::OsStrExt;
+
+/// `/proc/self/fd/DIR/NAME`; `name` must be one path component.
+fn entry_path(dir: BorrowedFd<'_>, name: &CStr) -> Result<CString> {
+    let n = name.to_bytes();
+    if n.is_empty() || n.contains(&b'/') || n == b"." || n == b".." {
+        return Err(Errno::EINVAL);
+    }
+    let mut p = format!("/proc/self/fd/{}/", dir.as_raw_fd()).into_bytes();
+    p.extend_from_slice(n);
+    CString::new(p).map_err(|_| Errno::EINVAL)
+}
+
+/// The names of the extended attributes of `dir/name` (a symlink is not followed).
+pub fn lxattr_list_at(dir: BorrowedFd<'_>, name: &CStr) -> Result<Vec<Vec<u8>>> {
+    let p = entry_path(dir, name)?;
+    loop {
+        // SAFETY: a null buffer with size 0 asks for the length.
+        let len = check_size(unsafe { libc::llistxattr(p.as_ptr(), std::ptr::null_mut(), 0) })?;
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        let mut buf = vec![0u8; len];
+        // SAFETY: buf is valid for len bytes.
+        match check_size(unsafe { libc::llistxattr(p.as_ptr(), buf.as_mut_ptr().cast(), len) }) {
+            Ok(n) => {
+                buf.truncate(n);
+                return Ok(buf
+                    .split(|&b| b == 0)
+                    .filter(|s| !s.is_empty())
+                    .map(<[u8]>::to_vec)
+                    .collect());
+            }
+            Err(e) if e == Errno::ERANGE => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// The value of the attribute `attr` of `dir/name` (a symlink is not followed).
+pub fn lxattr_get_at(dir: BorrowedFd<'_>, name: &CStr, attr: &CStr) -> Result<Vec<u8>> {
+    let p = entry_path(dir, name)?;
+    loop {
+        // SAFETY: a null buffer with size 0 asks for the length.
+        let len = check_size(unsafe {
+            libc::lgetxattr(p.as_ptr(), attr.as_ptr(), std::ptr::null_mut(), 0)
+        })?;
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        let mut buf = vec![0u8; len];
+        // SAFETY: buf is valid for len bytes.
+        match check_size(unsafe {
+            libc::lgetxattr(p.as_ptr(), attr.as_ptr(), buf.as_mut_ptr().cast(), len)
+        }) {
+            Ok(n) => {
+                buf.truncate(n);
+                return Ok(buf);
+            }
+            Err(e) if e == Errno::ERANGE => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Sets the attribute `attr` of `dir/name` to `value` (a symlink is not followed).
+pub fn lxattr_set_at(dir: BorrowedFd<'_>, name: &CStr, attr: &CStr, value: &[u8]) -> Result<()> {
+    let p = entry_path(dir, name)?;
+    // SAFETY: value is valid for value.len() bytes; the strings are valid C strings.
+    check(unsafe {
+        libc::lsetxattr(
+            p.as_ptr(),
+            attr.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    })
+    .map(drop)
+}
+
+/// Removes the attribute `attr` of `dir/name` (a symlink is not followed).
+pub fn lxattr_remove_at(dir: BorrowedFd<'_>, name: &CStr, attr: &CStr) -> Result<()> {
+    let p = entry_path(dir, name)?;
+    // SAFETY: valid C strings.
+    check(unsafe { libc::lremovexattr(p.as_ptr(), attr.as_ptr()) }).map(drop)
+}
+
+/// `utimensat(dir, name, [atime, mtime], AT_SYMLINK_NOFOLLOW)`: the times of the entry itself.
+pub fn set_times_at(
+    dir: BorrowedFd<'_>,
+    name: &CStr,
+    atime: libc::timespec,
+    mtime: libc::timespec,
+) -> Result<()> {
+    let times = [atime, mtime];
+    // SAFETY: valid descriptor, C string and a 2-element timespec array.
+    check(unsafe {
+        libc::utimensat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            times.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })
+    .map(drop)
+}
+
+/// A C string of one path component.
+pub fn cname(name: &std::ffi::OsStr) -> Result<CString> {
+    CString::new(name.as_bytes()).map_err(|_| Errno::EINVAL)
+}
+
+/// `linkat(old_dir, old_name, new_dir, new_name, 0)`: a new name for the entry `old_name`
+/// itself (a symlink is not followed; no capability needed, unlike `AT_EMPTY_PATH`).
+pub fn link_by_name_at(
+    old_dir: BorrowedFd<'_>,
+    old_name: &CStr,
+    new_dir: BorrowedFd<'_>,
+    new_name: &CStr,
+) -> Result<()> {
+    // SAFETY: valid descriptors and C strings.
+    check(unsafe {
+        libc::linkat(
+            old_dir.as_raw_fd(),
+            old_name.as_ptr(),
+            new_dir.as_raw_fd(),
+            new_name.as_ptr(),
+            0,
+        )
+    })
+    .map(drop)
+}
