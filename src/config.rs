@@ -32,6 +32,8 @@ pub struct MountConfig {
     /// Keep the write-intent log (default on): after a crash only the files being written
     /// then need checking. Off trades that for one flush less per newly written file.
     pub write_intent: bool,
+    /// Bytes per second a resync or scrub may use (0: unlimited, the default).
+    pub resync_speed_max: u64,
     /// Mount even when a leg is missing or behind, serving from the others (btrfs's option).
     pub degraded: bool,
     /// Free space every leg keeps: a write that would go below it on any leg fails with
@@ -73,6 +75,7 @@ impl Default for MountConfig {
             minfreespace: None,
             degraded: false,
             write_intent: true,
+            resync_speed_max: 0,
         }
     }
 }
@@ -191,6 +194,12 @@ impl MountConfig {
             "dirsync" => flag(value).map(|()| self.dirsync = true),
             "fault_injection" => flag(value).map(|()| self.fault_injection = true),
             "degraded" => flag(value).map(|()| self.degraded = true),
+            "resync_speed_max" => {
+                let v = need(key, value)?;
+                self.resync_speed_max = parse_size(v)
+                    .ok_or_else(|| format!("invalid value for 'resync_speed_max': '{v}'"))?;
+                Ok(())
+            }
             "write_intent" => match need(key, value)? {
                 "on" => {
                     self.write_intent = true;

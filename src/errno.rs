@@ -39,6 +39,9 @@ impl Errno {
     pub const EDQUOT: Errno = Errno(libc::EDQUOT);
     pub const EOVERFLOW: Errno = Errno(libc::EOVERFLOW);
     pub const ENFILE: Errno = Errno(libc::ENFILE);
+    pub const EAGAIN: Errno = Errno(libc::EAGAIN);
+    pub const EBUSY: Errno = Errno(libc::EBUSY);
+    pub const ECANCELED: Errno = Errno(libc::ECANCELED);
 
     /// The errno of the last failed libc call on this thread.
     pub fn last() -> Errno {

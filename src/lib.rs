@@ -21,3 +21,4 @@ pub mod sim;
 pub mod stats;
 #[allow(unsafe_code)]
 pub mod sys;
+pub mod tree;

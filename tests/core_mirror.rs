@@ -6,7 +6,7 @@ use mirrorfs::errno::Errno;
 use mirrorfs::fs::inode::{CONTROL_INO, ROOT_INO};
 use mirrorfs::fs::{Caller, Entry, FsConfig, MirrorFs, SetAttr, TimeSpec};
 use mirrorfs::leg::Leg;
-use mirrorfs::meta::array::ArrayPlan;
+use mirrorfs::meta::array::{ArrayPlan, PlannedLeg};
 use mirrorfs::meta::superblock::LegSuperblock;
 use mirrorfs::mirror::fault::FaultRule;
 use std::ffi::OsStr;
@@ -227,8 +227,12 @@ fn a_leg_failing_a_write_halfway_is_dropped_and_recorded() {
     let sb1 = LegSuperblock::read(&l.paths[1]).unwrap().unwrap();
     assert_eq!(sb0.failed_legs, vec![sb1.leg_id]);
     let none = vec![None; l.paths.len()];
-    let e = ArrayPlan::prepare(&l.shown, &l.paths, &none, false, false).unwrap_err();
-    assert!(e.contains("was dropped"), "{e}");
+    let p = ArrayPlan::prepare(&l.shown, &l.paths, &none, false, false).unwrap();
+    assert!(
+        matches!(&p.states[1], PlannedLeg::Stale(w) if w.contains("was dropped")),
+        "{:?}",
+        p.states
+    );
 }
 
 #[test]

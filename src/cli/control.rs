@@ -124,6 +124,110 @@ pub fn stats(mount: &Path) -> Result<Stats, (i32, String)> {
     })
 }
 
+/// Sends a command through a writable key; prints one line and returns the exit status.
+fn command(mount: &Path, key: &str, value: &str, what: &str) -> i32 {
+    let Some(file) = control_file(mount) else {
+        let (code, e) = not_a_mount(mount);
+        eprintln!("mirrorfs: {e}");
+        return code;
+    };
+    let name = key_name(key).expect("a plain key");
+    match sys::xattr::set_path(&file, &name, value.as_bytes()) {
+        Ok(()) => 0,
+        Err(e) => {
+            let why = match e.code() {
+                libc::EBUSY => "busy (one is already running, or the leg is in use)".to_string(),
+                libc::EEXIST => "the leg is already in sync".to_string(),
+                libc::EINVAL => "not possible as asked (unknown leg, a leg holding other data, \
+                     or a repair that cannot work here)"
+                    .to_string(),
+                libc::ENOTSUP => "not supported yet".to_string(),
+                _ => e.to_string(),
+            };
+            eprintln!("mirrorfs: {}: {what}: {why}", mount.display());
+            1
+        }
+    }
+}
+
+/// `mirrorfs scrub start|status|cancel MOUNT [--repair[=LEG]]`.
+pub fn scrub(args: &[String]) -> i32 {
+    let usage_line = "usage: mirrorfs scrub start|status|cancel MOUNT [--repair[=majority|LEG]]";
+    match args {
+        [cmd, mount, rest @ ..] if cmd == "start" => {
+            let repair = match rest {
+                [] => "start".to_string(),
+                [r] if r == "--repair" || r == "--repair=majority" => "start repair".into(),
+                [r] => match r.strip_prefix("--repair=") {
+                    Some(leg) => format!("start repair={leg}"),
+                    None => return usage(usage_line),
+                },
+                _ => return usage(usage_line),
+            };
+            command(Path::new(mount), "scrub", &repair, "scrub start")
+        }
+        [cmd, mount] if cmd == "cancel" => {
+            command(Path::new(mount), "scrub", "cancel", "scrub cancel")
+        }
+        [cmd, mount] if cmd == "status" => match get(Path::new(mount), "scrub") {
+            Ok(v) if v == b"none" => {
+                println!("no scrub since the mount");
+                0
+            }
+            Ok(v) => {
+                let doc: serde_json::Value = serde_json::from_slice(&v).unwrap_or_default();
+                let s: Result<crate::stats::ScanStats, _> = serde_json::from_value(doc.clone());
+                match s {
+                    Ok(s) => println!("{}", super::status::scan_line("scrub", &s)),
+                    Err(_) => println!("{}", String::from_utf8_lossy(&v)),
+                }
+                for d in doc["differing"].as_array().into_iter().flatten() {
+                    println!("  differs: {}", d.as_str().unwrap_or(""));
+                }
+                let diffs = doc["differences"].as_u64().unwrap_or(0);
+                let repaired = doc["repaired"].as_u64().unwrap_or(0);
+                if diffs > repaired {
+                    1
+                } else {
+                    0
+                }
+            }
+            Err((code, e)) => {
+                eprintln!("mirrorfs: {e}");
+                code
+            }
+        },
+        _ => usage(usage_line),
+    }
+}
+
+/// `mirrorfs leg fail|add|remove|replace MOUNT LEG [NEWLEG] [--full]`.
+pub fn leg(args: &[String]) -> i32 {
+    let usage_line =
+        "usage: mirrorfs leg fail|add|remove|replace MOUNT LEG [NEWLEG] (add takes --full)";
+    match args {
+        [cmd, mount, leg] if cmd == "fail" || cmd == "add" || cmd == "remove" => command(
+            Path::new(mount),
+            "leg",
+            &format!("{cmd} {leg}"),
+            &format!("leg {cmd}"),
+        ),
+        [cmd, mount, leg, full] if cmd == "add" && full == "--full" => command(
+            Path::new(mount),
+            "leg",
+            &format!("add {leg} full"),
+            "leg add",
+        ),
+        [cmd, mount, leg, new] if cmd == "replace" => command(
+            Path::new(mount),
+            "leg",
+            &format!("replace {leg} {new}"),
+            "leg replace",
+        ),
+        _ => usage(usage_line),
+    }
+}
+
 fn usage(line: &str) -> i32 {
     eprintln!("mirrorfs: {line}");
     EXIT_USAGE

@@ -129,18 +129,13 @@ fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), Stri
                 Leg::absent(i, path, spec, LegState::Missing)
             }
             PlannedLeg::Stale(why) => {
-                log::error!("DEGRADED: {why}; it is left alone, serving from the other legs");
+                log::error!("DEGRADED: {why}; it will be resynced from the other legs");
                 Leg::absent(i, path, spec, LegState::Stale)
             }
         };
         legs.push(leg);
     }
-    if p.plan.crashed {
-        log::warn!(
-            "the mirror was not cleanly unmounted (crash or power loss): files being written \
-             then may differ between the legs until they are written again or resynced"
-        );
-    }
+
     let names: Vec<String> = legs.iter().map(|l| l.name.clone()).collect();
     let policy = crate::policy::by_name(&p.config.read_policy, &names).ok_or_else(|| {
         fail(
@@ -165,8 +160,24 @@ fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), Stri
     };
     let superblocks = p.plan.mounted_superblocks();
     let fs = MirrorFs::new(legs, superblocks, policy, fs_config)
-        .map_err(|e| fail(&mut ready, format!("cannot open the legs: {e}")))?;
-    let fs = Arc::new(fs);
+        .map_err(|e| fail(&mut ready, format!("cannot open the legs: {e}")))?
+        .shared();
+    fs.set_resync_speed_max(p.config.resync_speed_max);
+    if p.plan.crashed {
+        // Before serving: the files being written at the crash are made identical.
+        match fs.recover_after_crash() {
+            Ok(n) => log::warn!(
+                "the mirror was not cleanly unmounted: {n} path(s) of the write-intent log \
+                 checked and made identical on every leg"
+            ),
+            Err(e) => {
+                return Err(fail(
+                    &mut ready,
+                    format!("crash recovery from the write-intent log failed: {e}"),
+                ))
+            }
+        }
+    }
     let ttl = CacheTimeouts {
         attr: p.config.attr_timeout,
         entry: p.config.entry_timeout,
@@ -213,6 +224,16 @@ fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), Stri
             }
         })
         .map_err(|e| fail(&mut ready, format!("cannot start the signal thread: {e}")))?;
+    // Stale legs come back in the background, one at a time (the first now; the others
+    // with `mirrorfs leg add` or at the next mount).
+    for (i, st) in p.plan.states.iter().enumerate() {
+        if matches!(st, PlannedLeg::Stale(_)) {
+            match fs.start_resync(i, false) {
+                Ok(()) => break,
+                Err(e) => log::error!("cannot start the resync of leg {i}: {e}"),
+            }
+        }
+    }
     if let Some(mut w) = ready.take() {
         let _ = w.write_all(b"OK");
         drop(w);

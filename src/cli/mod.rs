@@ -20,13 +20,18 @@ pub fn run(argv: Vec<std::ffi::OsString>) -> i32 {
                 .map(|a| a.to_string_lossy().into_owned())
                 .collect()
         };
-        if matches!(cmd, "status" | "iostat" | "get" | "set" | "list") {
+        if matches!(
+            cmd,
+            "status" | "iostat" | "get" | "set" | "list" | "scrub" | "leg"
+        ) {
             crate::sys::default_sigpipe();
         }
         match cmd {
             "status" => return status::run(&rest()),
             "iostat" => return iostat::run(&rest()),
             "get" | "set" | "list" => return control::run(cmd, &rest()),
+            "scrub" => return control::scrub(&rest()),
+            "leg" => return control::leg(&rest()),
             _ => {}
         }
     }

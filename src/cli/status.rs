@@ -35,7 +35,7 @@ pub fn human_duration(s: u64) -> String {
     }
 }
 
-fn scan_line(kind: &str, s: &ScanStats) -> String {
+pub fn scan_line(kind: &str, s: &ScanStats) -> String {
     let pct = s.percent();
     match s.state.as_str() {
         "running" => format!(

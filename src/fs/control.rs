@@ -18,6 +18,7 @@
 //! control file itself (so `cp -a` and `rsync -X` never copy them). Unknown keys get ENODATA.
 
 use super::inode::{CONTROL_INO, ROOT_INO};
+use super::scrub::ScrubRepair;
 use super::{InodeRef, MirrorFs};
 use crate::errno::{Errno, Result};
 use crate::leg::LegIdx;
@@ -45,10 +46,19 @@ const INFO_KEYS: &[&str] = &[
     "legs",
     "read_policy",
     "minfreespace",
+    "resync_speed_max",
+    "scrub",
 ];
 
 /// Keys that can be written.
-const WRITABLE_KEYS: &[&str] = &["read_policy", "minfreespace", "stats_reset"];
+const WRITABLE_KEYS: &[&str] = &[
+    "read_policy",
+    "minfreespace",
+    "resync_speed_max",
+    "stats_reset",
+    "scrub",
+    "leg",
+];
 
 /// The per-file keys.
 const FILE_KEYS: &[&str] = &["relpath", "allpaths", "readleg", "copies"];
@@ -143,6 +153,20 @@ impl MirrorFs {
                 log::info!("minfreespace: {bytes} bytes on every leg");
                 Ok(())
             }
+            Key::Mount("resync_speed_max") => {
+                let v = std::str::from_utf8(value).map_err(|_| Errno::EINVAL)?;
+                let bytes = crate::config::parse_size(v).ok_or(Errno::EINVAL)?;
+                self.recovery.speed_max.store(bytes, Ordering::Relaxed);
+                Ok(())
+            }
+            Key::Mount("scrub") => {
+                let v = std::str::from_utf8(value).map_err(|_| Errno::EINVAL)?;
+                self.scrub_command(v.trim())
+            }
+            Key::Mount("leg") => {
+                let v = std::str::from_utf8(value).map_err(|_| Errno::EINVAL)?;
+                self.leg_command(v.trim())
+            }
             Key::Mount("stats_reset") => {
                 self.reset_stats();
                 Ok(())
@@ -226,13 +250,92 @@ impl MirrorFs {
                         .into()
                 }
             }
-            "stats_reset" => return Err(Errno::ENODATA),
+            "stats_reset" | "leg" => return Err(Errno::ENODATA),
+            "resync_speed_max" => self
+                .recovery
+                .speed_max
+                .load(Ordering::Relaxed)
+                .to_string()
+                .into(),
+            "scrub" => match self.scrub_job() {
+                Some(j) => {
+                    let names = j.legs.iter().map(|&l| self.mirror.leg(l).name.clone());
+                    let mut doc = serde_json::to_value(j.scan_stats(names.collect()))
+                        .map_err(|_| Errno::EIO)?;
+                    doc["differing"] = serde_json::Value::from(j.listed.lock().clone());
+                    serde_json::to_vec(&doc).map_err(|_| Errno::EIO)?
+                }
+                None => b"none".to_vec(),
+            },
             k => match self.config.options.iter().find(|(o, _)| o == k) {
                 Some((_, v)) => v.clone().into(),
                 None => return Err(Errno::ENODATA),
             },
         };
         Ok(v)
+    }
+
+    /// The leg a command names: by name or by path.
+    fn leg_named(&self, what: &str) -> Result<LegIdx> {
+        let p = std::fs::canonicalize(what).ok();
+        self.mirror
+            .legs()
+            .iter()
+            .find(|l| l.name == what || Some(&l.path) == p.as_ref() || l.path.as_os_str() == what)
+            .map(|l| l.idx)
+            .ok_or(Errno::EINVAL)
+    }
+
+    /// `user.mirrorfs.scrub`: `start [repair[=majority|LEG]]` or `cancel`.
+    fn scrub_command(&self, cmd: &str) -> Result<()> {
+        let fs = self.this().ok_or(Errno::EAGAIN)?;
+        let words: Vec<&str> = cmd.split_whitespace().collect();
+        match words.as_slice() {
+            ["start"] => fs.start_scrub(ScrubRepair::None),
+            ["start", "repair"] | ["start", "repair=majority"] => {
+                fs.start_scrub(ScrubRepair::Majority)
+            }
+            ["start", r] => {
+                let leg = r.strip_prefix("repair=").ok_or(Errno::EINVAL)?;
+                fs.start_scrub(ScrubRepair::From(self.leg_named(leg)?))
+            }
+            ["cancel"] => {
+                self.cancel_scrub();
+                Ok(())
+            }
+            _ => Err(Errno::EINVAL),
+        }
+    }
+
+    /// `user.mirrorfs.leg`: `fail LEG`, `add LEG [full]` (resync a member back in),
+    /// `remove LEG` (forget a member that is out of the mirror).
+    fn leg_command(&self, cmd: &str) -> Result<()> {
+        let fs = self.this().ok_or(Errno::EAGAIN)?;
+        let words: Vec<&str> = cmd.split_whitespace().collect();
+        match words.as_slice() {
+            ["fail", leg] => {
+                let l = self.leg_named(leg)?;
+                if self.resync_job().is_some_and(|j| j.target == l) {
+                    self.cancel_resync();
+                }
+                if self.mirror.in_sync_legs() == [l] {
+                    return Err(Errno::EBUSY);
+                }
+                self.mirror.mark_failed(
+                    l,
+                    "mirrorfs leg fail",
+                    crate::mirror::outcome::DropReason::Requested,
+                );
+                Ok(())
+            }
+            ["add", leg] | ["resync", leg] => fs.start_resync(self.leg_named(leg)?, false),
+            ["add", leg, "full"] | ["resync", leg, "full"] => {
+                fs.start_resync(self.leg_named(leg)?, true)
+            }
+            ["remove", leg] => self.mirror.remove_member(self.leg_named(leg)?),
+            ["replace", ..] => Err(Errno::ENOTSUP),
+            _ => Err(Errno::EINVAL),
+        }
     }
 
     /// ONLINE, DEGRADED or FAULTED.
@@ -306,8 +409,17 @@ impl MirrorFs {
             legs_total: legs.len(),
             legs_online: self.mirror.in_sync_legs().len(),
             legs,
-            resync: None,
-            scrub: None,
+            resync: self
+                .resync_job()
+                .map(|j| j.scan_stats(&self.mirror.leg(j.target).name)),
+            scrub: self.scrub_job().map(|j| {
+                j.scan_stats(
+                    j.legs
+                        .iter()
+                        .map(|&l| self.mirror.leg(l).name.clone())
+                        .collect(),
+                )
+            }),
         }
     }
 

@@ -45,7 +45,10 @@ fn leg_open_flags(flags: i32) -> i32 {
 
 /// Opens on one leg with `O_DIRECT` when asked, falling back to a buffered descriptor where the
 /// leg's filesystem refuses `O_DIRECT` (tmpfs). Returns the descriptor and whether it is direct.
-fn open_maybe_direct(flags: i32, open: impl Fn(i32) -> Result<OwnedFd>) -> Result<(OwnedFd, bool)> {
+pub(super) fn open_maybe_direct(
+    flags: i32,
+    open: impl Fn(i32) -> Result<OwnedFd>,
+) -> Result<(OwnedFd, bool)> {
     if flags & libc::O_DIRECT != 0 {
         match open(flags) {
             Ok(fd) => return Ok((fd, true)),
@@ -59,6 +62,7 @@ fn open_maybe_direct(flags: i32, open: impl Fn(i32) -> Result<OwnedFd>) -> Resul
 impl MirrorFs {
     /// Opens the regular file `ino` on every in-sync leg.
     pub fn open(&self, ino: u64, flags: i32) -> Result<u64> {
+        let _barrier = self.mirror.barrier();
         if ino == super::inode::CONTROL_INO {
             // Readable (it is empty); its keys are xattrs, not contents.
             return if flags & libc::O_ACCMODE == libc::O_RDONLY && flags & libc::O_TRUNC == 0 {
@@ -81,14 +85,15 @@ impl MirrorFs {
         if flags & libc::O_TRUNC != 0 {
             self.will_change(&inode);
         }
-        let legs = self.mirror.in_sync_legs();
+        let legs = self.legs_for(&inode);
         let admission = self.handles.admit(legs.len())?;
         let opened = self.mirror.fan_out(&legs, "open", |leg| {
             let fd = inode.fd(leg)?;
             let fd = fd.as_fd();
             open_maybe_direct(flags, |f| sys::fd::reopen(fd, f))
         })?;
-        Ok(self.insert_handle(inode, admission, opened))
+        let later = flags & !(libc::O_TRUNC | libc::O_EXCL | libc::O_CREAT);
+        Ok(self.insert_handle(inode, admission, opened, later))
     }
 
     fn insert_handle(
@@ -96,16 +101,15 @@ impl MirrorFs {
         inode: super::InodeRef,
         admission: Admission,
         opened: Vec<(LegIdx, (OwnedFd, bool))>,
+        flags: i32,
     ) -> u64 {
         let n = self.mirror.legs().len();
-        let mut fds: Vec<Option<OwnedFd>> = (0..n).map(|_| None).collect();
-        let mut direct = vec![false; n];
-        for (leg, (fd, d)) in opened {
-            fds[leg] = Some(fd);
-            direct[leg] = d;
+        let mut fds: Vec<Option<(OwnedFd, bool)>> = (0..n).map(|_| None).collect();
+        for (leg, f) in opened {
+            fds[leg] = Some(f);
         }
         self.handles
-            .insert_file(OpenFile::new(inode, admission, fds, direct))
+            .insert_file(OpenFile::new(inode, admission, fds, flags))
     }
 
     /// Creates and opens a regular file on every in-sync leg, as the caller.
@@ -117,6 +121,7 @@ impl MirrorFs {
         flags: i32,
         caller: &Caller,
     ) -> Result<(Entry, u64)> {
+        let _barrier = self.mirror.barrier();
         let cname = self.name_for_change(parent, name)?;
         let p = self.inodes.get(parent)?;
         if !p.is_dir() {
@@ -124,7 +129,7 @@ impl MirrorFs {
         }
         let _dir = p.dir_lock.write();
         let flags = leg_open_flags(flags);
-        let legs = self.mirror.in_sync_legs();
+        let legs = self.legs_for(&p);
         self.mirror.check_space(&legs, 0)?;
         let admission = self.handles.admit(legs.len())?;
         self.will_change(&p);
@@ -147,7 +152,9 @@ impl MirrorFs {
         }
         let entry = self.claim_found(found);
         let inode = self.inodes.get(entry.attr.ino.0)?;
-        let fh = self.insert_handle(inode, admission, opened);
+        // A leg that joins later opens the file again: never with O_TRUNC or O_EXCL.
+        let later = flags & !(libc::O_TRUNC | libc::O_EXCL | libc::O_CREAT);
+        let fh = self.insert_handle(inode, admission, opened, later);
         self.handles.file(fh)?.wrote.store(true, Ordering::Relaxed);
         Ok((entry, fh))
     }
@@ -281,6 +288,7 @@ impl MirrorFs {
     /// Writes to every in-sync leg in parallel. A leg that fails is dropped and the write
     /// succeeds on the others; if every leg fails alike, the caller gets that error.
     pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<usize> {
+        let _barrier = self.mirror.barrier();
         let h = self.handles.file(fh)?;
         let legs = self.writable_legs(&h);
         let aligned = legs
@@ -328,6 +336,7 @@ impl MirrorFs {
     }
 
     pub fn flush(&self, fh: u64) -> Result<()> {
+        let _barrier = self.mirror.barrier();
         if fh == super::control::CONTROL_FH {
             return Ok(());
         }
@@ -336,6 +345,7 @@ impl MirrorFs {
     }
 
     pub fn release(&self, fh: u64) -> Result<()> {
+        let _barrier = self.mirror.barrier();
         if fh == super::control::CONTROL_FH {
             return Ok(());
         }
@@ -348,6 +358,7 @@ impl MirrorFs {
     }
 
     pub fn fsync(&self, fh: u64, datasync: bool) -> Result<()> {
+        let _barrier = self.mirror.barrier();
         if fh == super::control::CONTROL_FH {
             return Ok(());
         }
@@ -360,6 +371,7 @@ impl MirrorFs {
     }
 
     pub fn fallocate(&self, fh: u64, offset: u64, length: u64, mode: i32) -> Result<()> {
+        let _barrier = self.mirror.barrier();
         let h = self.handles.file(fh)?;
         let legs = self.writable_legs(&h);
         let frees = mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_COLLAPSE_RANGE) != 0;
@@ -389,6 +401,7 @@ impl MirrorFs {
         off_out: u64,
         len: u64,
     ) -> Result<u64> {
+        let _barrier = self.mirror.barrier();
         let hi = self.handles.file(fh_in)?;
         let ho = self.handles.file(fh_out)?;
         let legs: Vec<LegIdx> = self

@@ -141,8 +141,9 @@ impl MirrorFs {
     }
 
     pub fn fsyncdir(&self, ino: u64, datasync: bool) -> Result<()> {
+        let _barrier = self.mirror.barrier();
         let inode = self.inodes.get(ino)?;
-        let legs = self.mirror.in_sync_legs();
+        let legs = self.legs_for(&inode);
         self.mirror
             .fan_out(&legs, "fsyncdir", |leg| {
                 let d = sys::fd::open_dir_for_read(inode.fd(leg)?.as_fd())?;

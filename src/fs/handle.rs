@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Descriptors an open file was admitted for; given back when it closes.
 pub struct Admission {
@@ -27,9 +27,11 @@ impl Drop for Admission {
 pub struct OpenFile {
     pub inode: Arc<Inode>,
     _admission: Admission,
-    fds: Vec<Option<OwnedFd>>,
-    /// Per leg: the descriptor was opened with `O_DIRECT` (buffers must be aligned).
-    direct: Vec<bool>,
+    /// Per leg: the descriptor, and whether it was opened with `O_DIRECT` (buffers must be
+    /// aligned). Set once: a leg that joins later (after a resync) is attached then.
+    fds: Vec<OnceLock<(OwnedFd, bool)>>,
+    /// The flags the file was opened with on the legs (to attach a leg later).
+    pub flags: i32,
     /// Data was written since the last time the legs' mtimes were made equal.
     pub wrote: AtomicBool,
     /// The read streams of this open file (for the read policy).
@@ -40,15 +42,24 @@ impl OpenFile {
     pub fn new(
         inode: Arc<Inode>,
         admission: Admission,
-        fds: Vec<Option<OwnedFd>>,
-        direct: Vec<bool>,
+        fds: Vec<Option<(OwnedFd, bool)>>,
+        flags: i32,
     ) -> OpenFile {
         inode.file_opened();
         OpenFile {
             inode,
             _admission: admission,
-            fds,
-            direct,
+            fds: fds
+                .into_iter()
+                .map(|f| {
+                    let cell = OnceLock::new();
+                    if let Some(f) = f {
+                        let _ = cell.set(f);
+                    }
+                    cell
+                })
+                .collect(),
+            flags,
             wrote: AtomicBool::new(false),
             streams: Mutex::new(StreamTracker::new()),
         }
@@ -57,20 +68,30 @@ impl OpenFile {
     pub fn fd(&self, leg: LegIdx) -> Result<BorrowedFd<'_>> {
         self.fds
             .get(leg)
-            .and_then(|f| f.as_ref())
-            .map(|f| f.as_fd())
+            .and_then(|f| f.get())
+            .map(|(f, _)| f.as_fd())
             .ok_or(Errno::EIO)
     }
 
     pub fn is_direct(&self, leg: LegIdx) -> bool {
-        self.direct.get(leg).copied().unwrap_or(false)
+        self.fds
+            .get(leg)
+            .and_then(|f| f.get())
+            .is_some_and(|(_, d)| *d)
     }
 
     /// Legs this handle has a descriptor on.
     pub fn legs(&self) -> Vec<LegIdx> {
         (0..self.fds.len())
-            .filter(|&l| self.fds[l].is_some())
+            .filter(|&l| self.fds[l].get().is_some())
             .collect()
+    }
+
+    /// Gives the handle a descriptor on `leg` (a leg that joined after the open).
+    pub fn attach(&self, leg: LegIdx, fd: OwnedFd, direct: bool) {
+        if let Some(cell) = self.fds.get(leg) {
+            let _ = cell.set((fd, direct));
+        }
     }
 }
 
@@ -172,6 +193,18 @@ impl HandleTable {
 
     pub fn len(&self) -> usize {
         self.map.lock().len()
+    }
+
+    /// Every open file (to attach a leg that joined).
+    pub fn open_files(&self) -> Vec<Arc<OpenFile>> {
+        self.map
+            .lock()
+            .values()
+            .filter_map(|h| match h {
+                Handle::File(f) => Some(f.clone()),
+                Handle::Dir(_) => None,
+            })
+            .collect()
     }
 
     pub fn is_empty(&self) -> bool {

@@ -25,7 +25,8 @@ use crate::sys::fd::FileHandle;
 use parking_lot::{Mutex, RwLock};
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::OnceLock;
 use std::sync::{Arc, Weak};
 
 /// The root's inode number (FUSE's `FUSE_ROOT_ID`).
@@ -41,7 +42,8 @@ pub struct Inode {
     pub kind: u32,
     /// Per leg: this object on that leg (None where it could not be opened, e.g. the leg had
     /// already failed).
-    objects: Vec<Option<LegObject>>,
+    /// Set once: a leg that joins later (after a resync) gets its object attached then.
+    objects: Vec<OnceLock<LegObject>>,
     /// Files open on this object: while any is, its descriptors stay open (a deleted file can
     /// no longer be reopened by handle).
     open_files: AtomicUsize,
@@ -72,14 +74,14 @@ impl Inode {
         let obj = self
             .objects
             .get(leg)
-            .and_then(|o| o.as_ref())
+            .and_then(|o| o.get())
             .ok_or(Errno::EIO)?;
         let mut slot = obj.fd.lock();
         if let Some(fd) = slot.as_ref() {
             return Ok(fd.clone());
         }
         let handle = obj.handle.as_ref().ok_or(Errno::EIO)?;
-        let mount = self.cache.mount_fds[leg].as_ref().ok_or(Errno::EIO)?;
+        let mount = self.cache.mount_fds[leg].get().ok_or(Errno::EIO)?;
         let fd = match sys::fd::open_by_handle(mount.as_fd(), handle) {
             Ok(fd) => Arc::new(fd),
             Err(Errno::ESTALE) => return Err(Errno::ENOENT),
@@ -93,6 +95,11 @@ impl Inode {
 
     pub fn is_dir(&self) -> bool {
         self.kind == libc::S_IFDIR
+    }
+
+    /// Whether this object has its copy on `leg` (attached).
+    pub fn has_leg(&self, leg: LegIdx) -> bool {
+        self.objects.get(leg).is_some_and(|o| o.get().is_some())
     }
 
     pub fn is_symlink(&self) -> bool {
@@ -117,7 +124,7 @@ impl Inode {
         if self.open_files.load(Ordering::Acquire) > 0 {
             return false;
         }
-        match self.objects.get(leg).and_then(|o| o.as_ref()) {
+        match self.objects.get(leg).and_then(|o| o.get()) {
             Some(obj) if obj.handle.is_some() => obj.fd.lock().take().is_some(),
             _ => false,
         }
@@ -129,7 +136,7 @@ impl Drop for Inode {
         let open = self
             .objects
             .iter()
-            .flatten()
+            .filter_map(|o| o.get())
             .filter(|o| o.handle.is_some() && o.fd.lock().is_some())
             .count();
         self.cache.closed(open);
@@ -140,9 +147,9 @@ impl Drop for Inode {
 pub struct FdCache {
     /// Per leg: a readable descriptor of the leg root, naming its filesystem for
     /// `open_by_handle_at`; None where handles cannot be used.
-    mount_fds: Vec<Option<OwnedFd>>,
+    mount_fds: Vec<OnceLock<OwnedFd>>,
     /// Per leg: the device of the leg root (objects on other devices are pinned).
-    root_devs: Vec<u64>,
+    root_devs: Vec<AtomicU64>,
     /// Most reopenable descriptors open at once (all legs together).
     budget: usize,
     /// Reopenable descriptors open now.
@@ -163,20 +170,29 @@ impl FdCache {
         let mount_fds = roots
             .iter()
             .map(|r| {
-                let fd = (*r)?;
-                let mount = sys::fd::open_mount_fd(fd).ok()?;
-                let (h, _) = sys::fd::file_handle(fd).ok()??;
-                sys::fd::open_by_handle(mount.as_fd(), &h).ok()?;
-                Some(mount)
+                let cell = OnceLock::new();
+                if let Some(m) = r.and_then(Self::mount_fd_for) {
+                    let _ = cell.set(m);
+                }
+                cell
             })
             .collect();
         FdCache {
             mount_fds,
-            root_devs,
+            root_devs: root_devs.into_iter().map(AtomicU64::new).collect(),
             budget: budget.max(16),
             open: AtomicUsize::new(0),
             order: Mutex::new(VecDeque::new()),
         }
+    }
+
+    /// A descriptor to open handles with on the leg whose root is `root`, if its filesystem
+    /// makes handles and we may open them (CAP_DAC_READ_SEARCH): tried once, on the root.
+    fn mount_fd_for(root: std::os::fd::BorrowedFd<'_>) -> Option<OwnedFd> {
+        let mount = sys::fd::open_mount_fd(root).ok()?;
+        let (h, _) = sys::fd::file_handle(root).ok()??;
+        sys::fd::open_by_handle(mount.as_fd(), &h).ok()?;
+        Some(mount)
     }
 
     /// How many reopenable descriptors are open.
@@ -187,7 +203,9 @@ impl FdCache {
     /// The handle to keep for an object on `leg` on device `dev`, or None to pin its
     /// descriptor.
     fn handle_for(&self, leg: LegIdx, dev: u64, fd: &OwnedFd) -> Option<FileHandle> {
-        if self.mount_fds.get(leg)?.is_none() || self.root_devs.get(leg) != Some(&dev) {
+        if self.mount_fds.get(leg)?.get().is_none()
+            || self.root_devs.get(leg).map(|d| d.load(Ordering::Relaxed)) != Some(dev)
+        {
             return None;
         }
         let (h, _mount_id) = sys::fd::file_handle(fd.as_fd()).ok()??;
@@ -220,6 +238,14 @@ impl FdCache {
             self.open.fetch_sub(n, Ordering::AcqRel);
         }
     }
+}
+
+/// What [`InodeTable::attach_leg`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AttachReport {
+    pub attached: usize,
+    /// Live objects with no path any more (deleted while open).
+    pub unresolved: usize,
 }
 
 /// Where an object sits on one leg.
@@ -318,10 +344,14 @@ impl InodeTable {
                     objects: root_fds
                         .into_iter()
                         .map(|f| {
-                            f.map(|fd| LegObject {
-                                handle: None,
-                                fd: Mutex::new(Some(Arc::new(fd))),
-                            })
+                            let cell = OnceLock::new();
+                            if let Some(fd) = f {
+                                let _ = cell.set(LegObject {
+                                    handle: None,
+                                    fd: Mutex::new(Some(Arc::new(fd))),
+                                });
+                            }
+                            cell
                         })
                         .collect(),
                     open_files: AtomicUsize::new(0),
@@ -384,17 +414,19 @@ impl InodeTable {
             .into_iter()
             .enumerate()
             .map(|(leg, f)| {
-                f.map(|fd| {
+                let cell = OnceLock::new();
+                if let Some(fd) = f {
                     let dev = ids.iter().find(|i| i.leg == leg).map_or(0, |i| i.dev);
                     let handle = self.cache.handle_for(leg, dev, &fd);
                     if handle.is_some() {
                         reopenable.push(leg);
                     }
-                    LegObject {
+                    let _ = cell.set(LegObject {
                         handle,
                         fd: Mutex::new(Some(Arc::new(fd))),
-                    }
-                })
+                    });
+                }
+                cell
             })
             .collect();
         let inode = Arc::new(Inode {
@@ -444,6 +476,100 @@ impl InodeTable {
                 inner.live.remove(&ino);
             }
         }
+    }
+
+    /// Attaches `leg` (just brought in sync) to every live inode: `root` becomes the root's
+    /// object there, and `resolve` finds every other live object on the leg (by its path on an
+    /// in-sync leg). An object `resolve` cannot find (`Ok(None)`: deleted while open) stays
+    /// without a copy on the leg, and operations on it leave the leg out. Runs while no
+    /// operation is in flight (the mirror's barrier is held).
+    pub fn attach_leg(
+        &self,
+        leg: LegIdx,
+        root: OwnedFd,
+        resolve: impl Fn(&Arc<Inode>) -> Result<Option<OwnedFd>>,
+    ) -> Result<AttachReport> {
+        let root_st = sys::fd::fstat(root.as_fd())?;
+        if let Some(cell) = self.cache.mount_fds.get(leg) {
+            if cell.get().is_none() {
+                if let Some(m) = FdCache::mount_fd_for(root.as_fd()) {
+                    let _ = cell.set(m);
+                }
+            }
+        }
+        if let Some(d) = self.cache.root_devs.get(leg) {
+            d.store(root_st.st_dev, Ordering::Relaxed);
+        }
+        let inodes: Vec<Arc<Inode>> = self
+            .inner
+            .lock()
+            .live
+            .values()
+            .map(|e| e.inode.clone())
+            .collect();
+        let mut report = AttachReport::default();
+        for inode in inodes {
+            if inode.has_leg(leg) {
+                continue;
+            }
+            let fd = if inode.ino == ROOT_INO {
+                Some(sys::fd::reopen(
+                    root.as_fd(),
+                    libc::O_PATH | libc::O_DIRECTORY,
+                )?)
+            } else {
+                resolve(&inode)?
+            };
+            let Some(fd) = fd else {
+                report.unresolved += 1;
+                continue;
+            };
+            let st = sys::fd::fstat(fd.as_fd())?;
+            if st.st_mode & libc::S_IFMT != inode.kind {
+                return Err(Errno::EIO);
+            }
+            let id = Identity {
+                leg,
+                dev: st.st_dev,
+                ino: st.st_ino,
+            };
+            let handle = if inode.ino == ROOT_INO {
+                None
+            } else {
+                self.cache.handle_for(leg, st.st_dev, &fd)
+            };
+            let reopenable = handle.is_some();
+            let _ = inode.objects[leg].set(LegObject {
+                handle,
+                fd: Mutex::new(Some(Arc::new(fd))),
+            });
+            {
+                let mut inner = self.inner.lock();
+                if let Some(prev) = inner.identity.insert(id, inode.ino) {
+                    if prev != inode.ino {
+                        if let Some(v) = inner.ids_of.get_mut(&prev) {
+                            v.retain(|x| *x != id);
+                        }
+                    }
+                }
+                inner.ids_of.entry(inode.ino).or_default().push(id);
+            }
+            if reopenable {
+                self.cache.opened(Arc::downgrade(&inode), leg);
+            }
+            report.attached += 1;
+        }
+        Ok(report)
+    }
+
+    /// Every live inode (for [`attach_leg`](Self::attach_leg)'s callers and checks).
+    pub fn live_inodes(&self) -> Vec<Arc<Inode>> {
+        self.inner
+            .lock()
+            .live
+            .values()
+            .map(|e| e.inode.clone())
+            .collect()
     }
 
     /// How many inodes are live (the root included).

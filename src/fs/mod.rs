@@ -17,6 +17,8 @@ mod control;
 mod data;
 mod dir;
 mod namespace;
+pub mod resync;
+pub mod scrub;
 mod xattr;
 
 use crate::errno::{Errno, Result};
@@ -121,6 +123,11 @@ pub struct MirrorFs {
     config: FsConfig,
     /// When the filesystem was set up (uptime in the stats).
     started: std::time::Instant,
+    /// Resync and scrub.
+    recovery: resync::Recovery,
+    scrub_slot: parking_lot::Mutex<Option<Arc<scrub::ScrubJob>>>,
+    /// This filesystem, once it is shared (background jobs started from a request need it).
+    this: std::sync::OnceLock<std::sync::Weak<MirrorFs>>,
 }
 
 impl MirrorFs {
@@ -168,7 +175,21 @@ impl MirrorFs {
             handles: HandleTable::new(config.open_fd_budget),
             config,
             started: std::time::Instant::now(),
+            recovery: resync::Recovery::default(),
+            scrub_slot: parking_lot::Mutex::new(None),
+            this: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Shares the filesystem: from now on requests can start background jobs (resync, scrub).
+    pub fn shared(self) -> Arc<MirrorFs> {
+        let fs = Arc::new(self);
+        let _ = fs.this.set(Arc::downgrade(&fs));
+        fs
+    }
+
+    fn this(&self) -> Option<Arc<MirrorFs>> {
+        self.this.get()?.upgrade()
     }
 
     pub fn mirror(&self) -> &Mirror {
@@ -220,6 +241,16 @@ impl MirrorFs {
             return Err(Errno::EINVAL);
         }
         CString::new(name.as_bytes()).map_err(|_| Errno::EINVAL)
+    }
+
+    /// The in-sync legs `inode` has its copy on (all of them, except for an object deleted
+    /// while open that a leg joining later could not find).
+    fn legs_for(&self, inode: &InodeRef) -> Vec<LegIdx> {
+        self.mirror
+            .in_sync_legs()
+            .into_iter()
+            .filter(|&l| inode.has_leg(l))
+            .collect()
     }
 
     /// Records durably that `inode` is about to change (write-intent and away logs; see

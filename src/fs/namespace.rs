@@ -31,7 +31,7 @@ impl MirrorFs {
 
     /// Finds `name` in `p` on every in-sync leg. The caller holds `p.dir_lock`.
     pub(super) fn lookup_locked(&self, p: &InodeRef, name: &CStr) -> Result<Entry> {
-        let legs = self.mirror.in_sync_legs();
+        let legs = self.legs_for(p);
         let results = legs
             .iter()
             .map(|&leg| {
@@ -93,13 +93,14 @@ impl MirrorFs {
         what: &str,
         make: impl Fn(BorrowedFd<'_>, &CStr) -> Result<()> + Sync,
     ) -> Result<Entry> {
+        let _barrier = self.mirror.barrier();
         let cname = self.name_for_change(parent, name)?;
         let p = self.inodes.get(parent)?;
         if !p.is_dir() {
             return Err(Errno::ENOTDIR);
         }
         let _dir = p.dir_lock.write();
-        let legs = self.mirror.in_sync_legs();
+        let legs = self.legs_for(&p);
         self.mirror.check_space(&legs, 0)?;
         self.will_change(&p);
         let found = self.mirror.fan_out(&legs, what, |leg| {
@@ -119,7 +120,7 @@ impl MirrorFs {
             // The node exists and the kernel counts this lookup from here on, so a failure
             // below (a leg dropped by fan_out) must not turn into an error for the caller.
             let inode = self.inodes.get(entry.attr.ino.0)?;
-            let legs = self.mirror.in_sync_legs();
+            let legs = self.legs_for(&inode);
             if let Err(e) = self.align_mtime(&legs, "set mtime", |leg| inode.fd(leg)) {
                 log::warn!("{what}: cannot align the new node's mtime: {e}");
             }
@@ -171,6 +172,7 @@ impl MirrorFs {
     }
 
     fn remove(&self, parent: u64, name: &OsStr, dir_entry: bool) -> Result<()> {
+        let _barrier = self.mirror.barrier();
         if Self::is_control_name(parent, name) {
             return Err(Errno::EPERM);
         }
@@ -178,7 +180,7 @@ impl MirrorFs {
         let p = self.inodes.get(parent)?;
         let _dir = p.dir_lock.write();
         self.will_change(&p);
-        let legs = self.mirror.in_sync_legs();
+        let legs = self.legs_for(&p);
         let what = if dir_entry { "rmdir" } else { "unlink" };
         self.mirror
             .fan_out(&legs, what, |leg| {
@@ -204,6 +206,7 @@ impl MirrorFs {
         newname: &OsStr,
         flags: u32,
     ) -> Result<()> {
+        let _barrier = self.mirror.barrier();
         if Self::is_control_name(parent, name) {
             return Err(Errno::EPERM);
         }
@@ -225,7 +228,11 @@ impl MirrorFs {
         if parent != newparent {
             self.will_change(&np);
         }
-        let legs = self.mirror.in_sync_legs();
+        let legs: Vec<LegIdx> = self
+            .legs_for(&p)
+            .into_iter()
+            .filter(|&l| np.has_leg(l))
+            .collect();
         self.mirror
             .fan_out(&legs, "rename", |leg| {
                 sys::fd::rename_at(p.fd(leg)?.as_fd(), &old, np.fd(leg)?.as_fd(), &new, flags)
@@ -235,6 +242,7 @@ impl MirrorFs {
 
     /// A new name for `ino`; the reply carries fresh attributes (nlink and ctime moved).
     pub fn link(&self, ino: u64, newparent: u64, newname: &OsStr) -> Result<Entry> {
+        let _barrier = self.mirror.barrier();
         if ino == CONTROL_INO {
             return Err(Errno::EPERM);
         }
@@ -246,7 +254,11 @@ impl MirrorFs {
         let np = self.inodes.get(newparent)?;
         let _dir = np.dir_lock.write();
         self.will_change(&np);
-        let legs = self.mirror.in_sync_legs();
+        let legs: Vec<LegIdx> = self
+            .legs_for(&np)
+            .into_iter()
+            .filter(|&l| inode.has_leg(l))
+            .collect();
         self.mirror.fan_out(&legs, "link", |leg| {
             sys::fd::link_at(inode.fd(leg)?.as_fd(), np.fd(leg)?.as_fd(), &new)
         })?;
@@ -254,6 +266,7 @@ impl MirrorFs {
     }
 
     pub fn setattr(&self, ino: u64, set: &SetAttr) -> Result<fuser::FileAttr> {
+        let _barrier = self.mirror.barrier();
         if ino == CONTROL_INO {
             return Err(Errno::EPERM);
         }
@@ -272,7 +285,7 @@ impl MirrorFs {
         };
         let (atime, mtime) = (resolve(set.atime), resolve(set.mtime));
         self.will_change(&inode);
-        let legs = self.mirror.in_sync_legs();
+        let legs = self.legs_for(&inode);
         let _data = set.size.map(|_| inode.data_lock.read());
         self.mirror.fan_out(&legs, "setattr", |leg| {
             let fd = inode.fd(leg)?;
@@ -305,7 +318,7 @@ impl MirrorFs {
         if set.size.is_some() && set.mtime.is_none() {
             // Each leg stamped its own clock if the size changed. The legs still in sync, not
             // `legs`: one may have been dropped by the change above.
-            let legs = self.mirror.in_sync_legs();
+            let legs = self.legs_for(&inode);
             self.align_mtime(&legs, "set mtime", |leg| inode.fd(leg))?;
         }
         self.stat_inode(&inode)

@@ -38,6 +38,7 @@ fn sized(value: Vec<u8>, len: usize, size: u32) -> Result<XattrReply> {
 
 impl MirrorFs {
     pub fn setxattr(&self, ino: u64, name: &OsStr, value: &[u8], flags: i32) -> Result<()> {
+        let _barrier = self.mirror.barrier();
         let cname = xattr_name(name)?;
         if let Some(key) = control_key(name) {
             return self.control_set(ino, key, value);
@@ -51,7 +52,7 @@ impl MirrorFs {
             // calls on an O_PATH descriptor.
             return Err(Errno::EPERM);
         }
-        let legs = self.mirror.in_sync_legs();
+        let legs = self.legs_for(&inode);
         self.mirror.check_space(&legs, value.len() as u64)?;
         self.will_change(&inode);
         self.mirror
@@ -98,6 +99,7 @@ impl MirrorFs {
     }
 
     pub fn removexattr(&self, ino: u64, name: &OsStr) -> Result<()> {
+        let _barrier = self.mirror.barrier();
         let cname = xattr_name(name)?;
         if let Some(key) = control_key(name) {
             return self.control_remove(ino, key);
@@ -110,7 +112,7 @@ impl MirrorFs {
             return Err(Errno::ENODATA);
         }
         self.will_change(&inode);
-        let legs = self.mirror.in_sync_legs();
+        let legs = self.legs_for(&inode);
         self.mirror
             .fan_out(&legs, "removexattr", |leg| {
                 sys::xattr::remove(inode.fd(leg)?.as_fd(), &cname)

@@ -135,6 +135,8 @@ impl Filesystem for MirrorFuse {
     }
 
     fn destroy(&mut self) {
+        self.fs.cancel_resync();
+        self.fs.cancel_scrub();
         self.fs.mirror().mark_clean();
     }
 

@@ -27,8 +27,14 @@ pub enum LegState {
     Failed,
     /// Not there at mount (`-o degraded`): never touched.
     Missing,
-    /// There at mount but behind the others (`-o degraded`): never touched until resynced.
+    /// There at mount but behind the others: never read, never written by the engine,
+    /// until a resync brings it up to date.
     Stale,
+    /// Being brought up to date from an in-sync leg (the resync writes it; nothing else
+    /// does, and nothing reads it).
+    Resyncing,
+    /// No longer a member (`mirrorfs leg remove`): kept only so that the stats show it.
+    Removed,
 }
 
 impl LegState {
@@ -39,6 +45,8 @@ impl LegState {
             LegState::Failed => "FAULTED",
             LegState::Missing => "MISSING",
             LegState::Stale => "STALE",
+            LegState::Resyncing => "RESYNCING",
+            LegState::Removed => "REMOVED",
         }
     }
 }
@@ -51,7 +59,8 @@ pub struct Leg {
     /// The path given by the user (canonical).
     pub path: PathBuf,
     /// `O_PATH` descriptor of the leg's root directory.
-    root: Option<OwnedFd>,
+    /// Set once: a leg that was not there at mount gets it when it is resynced.
+    root: std::sync::OnceLock<OwnedFd>,
     /// Device of the leg root.
     pub dev: u64,
     /// The block device under the leg, if any.
@@ -196,11 +205,15 @@ impl Leg {
             (None, Some(r)) => (r, RotationalSource::Sysfs),
             (None, None) => (false, RotationalSource::Unknown),
         };
+        let root_cell = std::sync::OnceLock::new();
+        if let Some(r) = root {
+            let _ = root_cell.set(r);
+        }
         Leg {
             idx,
             name: spec.name.clone().unwrap_or_else(|| format!("leg{idx}")),
             path: path.to_path_buf(),
-            root,
+            root: root_cell,
             dev,
             device,
             rotational,
@@ -226,9 +239,24 @@ impl Leg {
     /// The leg root's descriptor; ENODEV for a leg that is not there.
     pub fn root(&self) -> Result<BorrowedFd<'_>> {
         self.root
-            .as_ref()
+            .get()
             .map(|r| r.as_fd())
             .ok_or(crate::errno::Errno::ENODEV)
+    }
+
+    /// Gives a leg that had none its root descriptor (when it is resynced); opens it from
+    /// the leg's path. Returns it.
+    pub fn open_root(&self) -> Result<BorrowedFd<'_>> {
+        if self.root.get().is_none() {
+            let fd = sys::fd::open_root(&self.path)?;
+            let _ = self.root.set(fd);
+        }
+        self.root()
+    }
+
+    /// Sets the leg's state (resync and leg management).
+    pub(crate) fn set_state(&self, state: LegState) {
+        self.state.store(state as u8, Ordering::Release);
     }
 
     pub fn state(&self) -> LegState {
@@ -236,7 +264,9 @@ impl Leg {
             0 => LegState::InSync,
             1 => LegState::Failed,
             2 => LegState::Missing,
-            _ => LegState::Stale,
+            3 => LegState::Stale,
+            4 => LegState::Resyncing,
+            _ => LegState::Removed,
         }
     }
 

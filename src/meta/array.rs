@@ -8,9 +8,10 @@
 //!   A leg is **missing** when it does not exist, cannot be used, or has no superblock (the
 //!   empty mount point of a disk that is not mounted). A leg is **stale** when it is behind:
 //!   another leg recorded it as dropped or missing, or its event counter is lower. A missing
-//!   or stale leg refuses the mount unless `-o degraded` is given; then the others serve and
-//!   record it, and it is not touched. Two legs that each recorded the other as dropped were
-//!   used apart (split brain): always refused.
+//!   leg refuses the mount unless `-o degraded` is given; then the others serve and record it.
+//!   A stale leg is mounted but not used: it is resynced in the background and joins once up
+//!   to date. Two legs that each recorded the other as dropped were used apart (split
+//!   brain): always refused.
 
 use super::superblock::LegSuperblock;
 use super::tree_compare;
@@ -175,7 +176,7 @@ impl ArrayPlan {
         let not_given = sb(newest)
             .members
             .iter()
-            .filter(|m| !given_ids.contains(&m.as_str()))
+            .filter(|m| !m.is_empty() && !given_ids.contains(&m.as_str()))
             .count();
         let absent_members = not_given.max(sb(newest).leg_count.saturating_sub(n));
         if !states.contains(&PlannedLeg::InSync) {
@@ -183,14 +184,10 @@ impl ArrayPlan {
         }
         if !degraded {
             for s in &states {
-                match s {
-                    PlannedLeg::InSync => {}
-                    PlannedLeg::Missing(why) | PlannedLeg::Stale(why) => {
-                        return Err(format!(
-                            "{why}; resync is not supported yet: mount with -o degraded to \
-                             serve from the other legs"
-                        ))
-                    }
+                if let PlannedLeg::Missing(why) = s {
+                    return Err(format!(
+                        "{why}; mount with -o degraded to serve from the other legs"
+                    ));
                 }
             }
             if absent_members > n.saturating_sub(present.len()) {
@@ -309,9 +306,9 @@ mod tests {
         let id1 = first.superblocks[1].as_ref().unwrap().leg_id.clone();
         assert!(sbs[0].as_ref().unwrap().failed_legs.contains(&id1));
         assert_eq!(sbs[0].as_ref().unwrap().events, 2);
-        // It comes back: stale (recorded, and behind).
-        let e = ArrayPlan::prepare(&s, &l, &none, false, false).unwrap_err();
-        assert!(e.contains("was dropped"), "{e}");
+        // It comes back: stale (recorded, and behind), mounted without degraded, to resync.
+        let p = ArrayPlan::prepare(&s, &l, &none, false, false).unwrap();
+        assert!(matches!(&p.states[1], PlannedLeg::Stale(w) if w.contains("was dropped")));
         // Only one leg given of two: degraded needed.
         let mut sb0 = LegSuperblock::read(&l[0]).unwrap().unwrap();
         sb0.failed_legs.clear();
@@ -370,17 +367,12 @@ mod tests {
             .unwrap();
         let e = ArrayPlan::prepare(&s[1..], &l[1..], &none[1..], false, false).unwrap_err();
         assert!(e.contains("belongs to another mirror"), "{e}");
-        // A leg recorded as dropped by its peer: refused, or left out with degraded.
+        // A leg recorded as dropped by its peer: stale (to be resynced).
         let mut sb0 = LegSuperblock::read(&l[0]).unwrap().unwrap();
         let sb1 = LegSuperblock::read(&l[1]).unwrap().unwrap();
         sb0.failed_legs.push(sb1.leg_id.clone());
         sb0.write(&l[0]).unwrap();
-        let e = ArrayPlan::prepare(&s[..2], &l[..2], &none[..2], false, false).unwrap_err();
-        assert!(
-            e.contains("was dropped") && e.contains("-o degraded"),
-            "{e}"
-        );
-        let p = ArrayPlan::prepare(&s[..2], &l[..2], &none[..2], false, true).unwrap();
+        let p = ArrayPlan::prepare(&s[..2], &l[..2], &none[..2], false, false).unwrap();
         assert_eq!(p.states[0], PlannedLeg::InSync);
         assert!(matches!(p.states[1], PlannedLeg::Stale(_)));
         // Split brain: each dropped the other.

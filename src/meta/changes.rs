@@ -110,7 +110,20 @@ struct Away {
     /// Paths already in its log.
     recorded: HashSet<Vec<u8>>,
     /// Paths not yet written to its log.
-    pending: Vec<Vec<u8>>,
+    pending: HashSet<Vec<u8>>,
+    /// Paths changed since the last [`ChangeLog::take_changed`] (a resync's passes).
+    changed: HashSet<Vec<u8>>,
+}
+
+impl Away {
+    fn note(&mut self, p: &[u8]) {
+        if !self.recorded.contains(p) && !self.pending.contains(p) {
+            self.pending.insert(p.to_vec());
+        }
+        if !self.changed.contains(p) {
+            self.changed.insert(p.to_vec());
+        }
+    }
 }
 
 struct Inner {
@@ -181,10 +194,11 @@ impl ChangeLog {
         if inner.away.iter().any(|a| a.leg_id == leg_id) {
             return;
         }
-        let pending: Vec<Vec<u8>> = inner.dirty.values().map(|d| d.path.clone()).collect();
+        let pending: HashSet<Vec<u8>> = inner.dirty.values().map(|d| d.path.clone()).collect();
         inner.away.push(Away {
             leg_id: leg_id.to_string(),
             recorded: HashSet::new(),
+            changed: pending.clone(),
             pending,
         });
     }
@@ -214,8 +228,13 @@ impl ChangeLog {
         path: impl FnOnce() -> Option<Vec<u8>>,
     ) -> Vec<(usize, std::io::Error)> {
         let mut inner = self.inner.lock();
-        if let Some(d) = inner.dirty.get_mut(&ino) {
+        let Inner { dirty, away } = &mut *inner;
+        if let Some(d) = dirty.get_mut(&ino) {
             d.last_change = Instant::now();
+            // A resync's passes need every change, not only the first of a dirty period.
+            for a in away.iter_mut() {
+                a.note(&d.path);
+            }
             return Vec::new();
         }
         let need_path = self.intent || !inner.away.is_empty();
@@ -226,9 +245,7 @@ impl ChangeLog {
             return Vec::new();
         };
         for a in inner.away.iter_mut() {
-            if !a.recorded.contains(&p) {
-                a.pending.push(p.clone());
-            }
+            a.note(&p);
         }
         if !self.intent {
             return Vec::new();
@@ -261,9 +278,8 @@ impl ChangeLog {
             if a.pending.is_empty() {
                 continue;
             }
-            let mut fresh: Vec<Vec<u8>> = std::mem::take(&mut a.pending);
+            let mut fresh: Vec<Vec<u8>> = std::mem::take(&mut a.pending).into_iter().collect();
             fresh.sort();
-            fresh.dedup();
             fresh.retain(|p| !a.recorded.contains(p));
             let records: Vec<&[u8]> = fresh.iter().map(Vec::as_slice).collect();
             let name = away_log_name(&a.leg_id);
@@ -277,6 +293,41 @@ impl ChangeLog {
                 }
             }
             a.recorded.extend(fresh);
+        }
+    }
+
+    /// The paths changed since the last call (or since `leg_id` left), for a resync pass;
+    /// the set starts empty again.
+    pub fn take_changed(&self, leg_id: &str) -> Vec<Vec<u8>> {
+        let mut inner = self.inner.lock();
+        inner
+            .away
+            .iter_mut()
+            .find(|a| a.leg_id == leg_id)
+            .map(|a| std::mem::take(&mut a.changed).into_iter().collect())
+            .unwrap_or_default()
+    }
+
+    /// The paths in `leg_id`'s away log on the leg at `root` (`None`: there is no log).
+    pub fn read_away(root: &Path, leg_id: &str) -> Option<Vec<Vec<u8>>> {
+        let p = log_path(root, &away_log_name(leg_id));
+        if !p.exists() {
+            return None;
+        }
+        read_log(&p).ok()
+    }
+
+    /// `leg_id` is back in sync: its away log is no longer kept, and removed from `legs`.
+    pub fn end_away(&self, leg_id: &str, legs: &[usize]) {
+        self.inner.lock().away.retain(|a| a.leg_id != leg_id);
+        let name = away_log_name(leg_id);
+        for &l in legs {
+            let p = log_path(&self.roots[l], &name);
+            if let Err(e) = std::fs::remove_file(&p) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    log::error!("cannot remove '{}': {e}", p.display());
+                }
+            }
         }
     }
 
@@ -321,6 +372,23 @@ impl ChangeLog {
             if let Err(e) = rewrite(&log_path(&self.roots[l], INTENT_LOG), &left) {
                 log::error!(
                     "cannot rewrite the intent log on '{}': {e}",
+                    self.roots[l].display()
+                );
+            }
+        }
+    }
+
+    /// Rewrites the intent log of `legs` with the objects dirty now (a leg that joins).
+    pub fn rewrite_intent(&self, legs: &[usize]) {
+        if !self.intent {
+            return;
+        }
+        let inner = self.inner.lock();
+        let now: Vec<&[u8]> = inner.dirty.values().map(|d| d.path.as_slice()).collect();
+        for &l in legs {
+            if let Err(e) = rewrite(&log_path(&self.roots[l], INTENT_LOG), &now) {
+                log::error!(
+                    "cannot write the intent log on '{}': {e}",
                     self.roots[l].display()
                 );
             }

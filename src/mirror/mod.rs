@@ -61,6 +61,9 @@ pub struct Mirror {
     changes: ChangeLog,
     /// Set at unmount: background work stops.
     stopping: std::sync::atomic::AtomicBool,
+    /// Every operation that changes the legs holds it shared; a leg joins the mirror (after
+    /// its resync) holding it exclusively, so that no change is in flight that left it out.
+    barrier: RwLock<()>,
 }
 
 impl Mirror {
@@ -98,6 +101,7 @@ impl Mirror {
             clock: std::time::Instant::now(),
             changes,
             stopping: std::sync::atomic::AtomicBool::new(false),
+            barrier: RwLock::new(()),
         }
     }
 
@@ -302,6 +306,85 @@ impl Mirror {
         self.changes.clear(&idle, &legs);
     }
 
+    /// `target` (member `id`) holds the same data as the others now: it is marked in sync,
+    /// every superblock stops recording it as dropped (and moves its event counter on), it
+    /// gets a superblock of its own, and its away logs go. Called with every change held off.
+    pub fn join_leg(&self, target: LegIdx, id: &str) {
+        self.legs[target].set_state(crate::leg::LegState::InSync);
+        let legs = self.in_sync_legs();
+        {
+            let mut sbs = self.superblocks.lock();
+            let events = sbs.iter().flatten().map(|s| s.events).max().unwrap_or(0) + 1;
+            let template = legs
+                .iter()
+                .filter(|&&l| l != target)
+                .find_map(|&l| sbs[l].clone());
+            if let Some(t) = template {
+                let mut own = t;
+                own.leg_id = id.to_string();
+                own.slot = target;
+                sbs[target] = Some(own);
+            }
+            for &l in &legs {
+                let Some(sb) = sbs[l].as_mut() else { continue };
+                sb.failed_legs.retain(|x| x != id);
+                sb.events = events;
+                sb.clean = false;
+                if let Err(e) = sb.write(&self.legs[l].path) {
+                    log::error!(
+                        "cannot write the superblock of '{}': {e}",
+                        self.legs[l].path.display()
+                    );
+                }
+            }
+        }
+        self.changes.end_away(id, &legs);
+        self.changes.rewrite_intent(&[target]);
+    }
+
+    /// Forgets the member `leg` (out of the mirror already): the superblocks no longer list it
+    /// nor count it, and its away logs go, so that later mounts neither wait for it nor
+    /// resync it. EBUSY for a leg in sync or resyncing (fail it first).
+    pub fn remove_member(&self, leg: LegIdx) -> Result<()> {
+        use crate::leg::LegState;
+        match self.legs[leg].state() {
+            LegState::Failed | LegState::Missing | LegState::Stale => {}
+            LegState::Removed => return Ok(()),
+            LegState::InSync | LegState::Resyncing => return Err(Errno::EBUSY),
+        }
+        let id = self.leg_id(leg).ok_or(Errno::EINVAL)?;
+        let legs = self.in_sync_legs();
+        {
+            let mut sbs = self.superblocks.lock();
+            let events = sbs.iter().flatten().map(|s| s.events).max().unwrap_or(0) + 1;
+            for &l in &legs {
+                let Some(sb) = sbs[l].as_mut() else { continue };
+                sb.failed_legs.retain(|x| *x != id);
+                for m in sb.members.iter_mut() {
+                    if *m == id {
+                        m.clear();
+                    }
+                }
+                sb.leg_count = sb.leg_count.saturating_sub(1);
+                sb.events = events;
+                if let Err(e) = sb.write(&self.legs[l].path) {
+                    log::error!(
+                        "cannot write the superblock of '{}': {e}",
+                        self.legs[l].path.display()
+                    );
+                }
+            }
+        }
+        self.changes.end_away(&id, &legs);
+        self.legs[leg].set_state(LegState::Removed);
+        log::warn!(
+            "leg {} ('{}') removed from the mirror",
+            leg,
+            self.legs[leg].path.display()
+        );
+        Ok(())
+    }
+
     /// Writes every dropped leg's id into every in-sync leg's superblock, and moves their
     /// event counters on. Called when a leg is dropped, and again at unmount in case a write
     /// failed (the system log says so): a drop that no superblock records would let a later
@@ -312,6 +395,16 @@ impl Mirror {
 
     /// At a clean unmount: every in-sync leg's superblock says clean, with the dropped legs
     /// recorded and the event counter moved on.
+    /// Held (shared) by every operation that changes the legs, for its whole duration.
+    pub fn barrier(&self) -> parking_lot::RwLockReadGuard<'_, ()> {
+        self.barrier.read_recursive()
+    }
+
+    /// Held (exclusively) while a leg joins: no change is in flight.
+    pub fn exclusive(&self) -> parking_lot::RwLockWriteGuard<'_, ()> {
+        self.barrier.write()
+    }
+
     /// Whether the mirror is being unmounted (background work stops).
     pub fn is_stopping(&self) -> bool {
         self.stopping.load(Ordering::Acquire)

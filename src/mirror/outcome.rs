@@ -23,6 +23,8 @@ pub enum DropReason {
     LegFault(Errno),
     /// The leg answered differently from the others (it no longer holds the same tree).
     Disagreed(Errno),
+    /// The user asked (`mirrorfs leg fail`).
+    Requested,
 }
 
 impl DropReason {

@@ -13,6 +13,7 @@ pub mod creds;
 pub mod dir;
 pub mod fd;
 pub mod syslog;
+pub mod tree_support;
 pub mod xattr;
 
 use crate::errno::{Errno, Result};

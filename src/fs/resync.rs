@@ -1,0 +1,408 @@
+//! Bringing a leg back up to date while the mirror serves: the resync.
+//!
+//! A leg that is behind (stale at mount, dropped after an error, or re-added by
+//! `mirrorfs leg add`) is resynced from the metadata leg (the first in-sync one) in the
+//! background, by the tree engine ([`crate::tree`]), throttled by `resync_speed_max`:
+//!
+//! 1. **First pass**: the paths of its away log (what changed while it was away, plus the
+//!    source's write-intent log), or the whole tree when there is no away log (full resync).
+//! 2. **Catch-up passes**: the paths changed meanwhile (the away record keeps growing while
+//!    the leg resyncs), until few are left.
+//! 3. **Join**: with every change held off (the mirror's barrier), the last changed paths are
+//!    synced, the leg is flushed (`syncfs`), attached to every live inode and open file, and
+//!    marked in sync; the superblocks stop recording it as dropped and its away logs go.
+//!
+//! While it resyncs the leg serves no read and takes no write from users: only the engine
+//! writes it. If the daemon dies halfway, the leg is still recorded as dropped (stale) by the
+//! others, and its away log is still there: the next mount resyncs it again from the start,
+//! which converges (the engine is idempotent, see [`crate::tree`]).
+
+use super::MirrorFs;
+use crate::errno::{Errno, Result};
+use crate::leg::{LegIdx, LegState};
+use crate::meta::changes::ChangeLog;
+use crate::stats::ScanStats;
+use crate::sys;
+use crate::tree::{self, Control, Phase, Progress, Throttle, TreeOptions};
+use parking_lot::Mutex;
+use std::ffi::OsString;
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStringExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Catch-up passes stop when fewer paths than this changed during the last one.
+const FEW_CHANGES: usize = 256;
+/// At most this many catch-up passes before joining anyway (the join pass then takes the
+/// rest with changes held off).
+const MAX_PASSES: u32 = 8;
+
+/// One resync, running or done (for the stats and `mirrorfs status`).
+pub struct ResyncJob {
+    pub target: LegIdx,
+    /// "incremental" or "full".
+    pub mode: &'static str,
+    pub progress: Arc<Progress>,
+    pub cancel: Arc<AtomicBool>,
+    /// running, finished, cancelled or failed (with the reason).
+    pub state: Mutex<String>,
+    pub passes: AtomicU64,
+}
+
+/// State of the recovery machinery of one mount.
+#[derive(Default)]
+pub struct Recovery {
+    pub resync: Mutex<Option<Arc<ResyncJob>>>,
+    /// Bytes per second a resync or scrub may read or write; 0 = unlimited.
+    pub speed_max: AtomicU64,
+}
+
+/// The engine's options for this mount: `.mirrorfs` and a leg filesystem's own `lost+found`
+/// are not part of the mirror.
+pub(super) fn tree_options(hide_lost_found: bool) -> TreeOptions {
+    let mut skip = vec![OsString::from(crate::meta::META_DIR)];
+    if hide_lost_found {
+        skip.push(OsString::from("lost+found"));
+    }
+    TreeOptions {
+        skip_root_names: skip,
+        ..TreeOptions::default()
+    }
+}
+
+/// Log records (relative paths, `.` for the root) as the engine's paths.
+pub(super) fn to_paths(records: Vec<Vec<u8>>) -> Vec<PathBuf> {
+    records
+        .into_iter()
+        .map(|r| {
+            if r == b"." {
+                PathBuf::new()
+            } else {
+                PathBuf::from(OsString::from_vec(r))
+            }
+        })
+        .filter(|p| {
+            p.components()
+                .all(|c| matches!(c, std::path::Component::Normal(_)))
+        })
+        .collect()
+}
+
+impl ResyncJob {
+    /// The job as the stats show it.
+    pub fn scan_stats(&self, target_name: &str) -> ScanStats {
+        scan_stats(
+            &self.progress,
+            &self.state.lock(),
+            vec![target_name.to_string()],
+        )
+    }
+}
+
+/// A progress snapshot in the stats' form.
+pub(super) fn scan_stats(progress: &Progress, state: &str, legs: Vec<String>) -> ScanStats {
+    let s = progress.snapshot();
+    ScanStats {
+        state: state.to_string(),
+        legs,
+        started_unix_s: s.started_unix,
+        elapsed_s: s.elapsed_secs as u64,
+        done_entries: s.entries_done,
+        total_entries: s.entries_total,
+        done_bytes: s.bytes_done,
+        total_bytes: s.bytes_total,
+        rate: s.bytes_per_sec as u64,
+        eta_s: if state == "running" {
+            s.eta_secs.map(|e| e as u64)
+        } else {
+            None
+        },
+        differences: s.differences,
+        repaired: s.repaired,
+        errors: s.errors,
+    }
+}
+
+impl MirrorFs {
+    /// After a crash: makes the paths of the write-intent logs identical on every in-sync leg,
+    /// copying from the metadata leg, before the mount serves anything. Returns how many
+    /// paths were checked.
+    pub fn recover_after_crash(&self) -> Result<usize> {
+        let legs = self.mirror.in_sync_legs();
+        let roots: Vec<&std::path::Path> = legs
+            .iter()
+            .map(|&l| self.mirror.leg(l).path.as_path())
+            .collect();
+        let paths = to_paths(ChangeLog::read_intent(&roots));
+        let Some((&source, rest)) = legs.split_first() else {
+            return Ok(0);
+        };
+        let src = self.mirror.leg(source).root()?;
+        let opts = tree_options(self.config.hide_lost_found);
+        for &l in rest {
+            let ctl = Control::new(None);
+            let r = tree::sync_paths(src, self.mirror.leg(l).root()?, &paths, &opts, &ctl)?;
+            log::warn!(
+                "after the crash: {} path(s) from the write-intent log checked on '{}': {} \
+                 created, {} updated, {} removed",
+                paths.len(),
+                self.mirror.leg(l).path.display(),
+                r.created,
+                r.updated,
+                r.removed
+            );
+        }
+        Ok(paths.len())
+    }
+
+    /// Sets the resync and scrub speed limit, bytes per second (0: unlimited).
+    pub fn set_resync_speed_max(&self, bytes: u64) {
+        self.recovery.speed_max.store(bytes, Ordering::Relaxed);
+    }
+
+    /// The running or last resync.
+    pub fn resync_job(&self) -> Option<Arc<ResyncJob>> {
+        self.recovery.resync.lock().clone()
+    }
+
+    /// Starts resyncing `target` in the background (incremental when its away log is there
+    /// and `full` is false). EBUSY while another resync runs; EEXIST if it is in sync.
+    pub fn start_resync(self: &Arc<Self>, target: LegIdx, full: bool) -> Result<()> {
+        let mut slot = self.recovery.resync.lock();
+        if slot.as_ref().is_some_and(|j| *j.state.lock() == "running") {
+            return Err(Errno::EBUSY);
+        }
+        let leg = self.mirror.leg(target);
+        match leg.state() {
+            LegState::InSync => return Err(Errno::EEXIST),
+            LegState::Resyncing => return Err(Errno::EBUSY),
+            LegState::Removed => return Err(Errno::EINVAL),
+            LegState::Stale | LegState::Failed | LegState::Missing => {}
+        }
+        let id = self.mirror.leg_id(target).ok_or(Errno::EINVAL)?;
+        let root = leg.open_root()?;
+        // The leg must be this member, or empty: never overwrite someone else's data.
+        match crate::meta::superblock::LegSuperblock::read(&leg.path) {
+            Ok(Some(sb)) if sb.leg_id == id => {}
+            Ok(None) if sys::dir::read_dir(root)?.is_empty() => {}
+            _ => return Err(Errno::EINVAL),
+        }
+        let source = self.mirror.metadata_leg();
+        // The away record as far as it goes now, on disk.
+        self.mirror
+            .changes()
+            .flush_away(&self.mirror.in_sync_legs());
+        let paths = if full {
+            None
+        } else {
+            ChangeLog::read_away(&self.mirror.leg(source).path, &id).map(|mut away| {
+                // The source's intent log: changes of the last second before a crash.
+                away.extend(ChangeLog::read_intent(&[&self.mirror.leg(source).path]));
+                away
+            })
+        };
+        leg.set_state(LegState::Resyncing);
+        self.mirror.changes().start_away(&id);
+        // Every change from now on is a catch-up path; the first pass covers what came before.
+        self.mirror.changes().take_changed(&id);
+        let job = Arc::new(ResyncJob {
+            target,
+            mode: if paths.is_some() {
+                "incremental"
+            } else {
+                "full"
+            },
+            progress: Arc::new(Progress::new()),
+            cancel: Arc::new(AtomicBool::new(false)),
+            state: Mutex::new("running".into()),
+            passes: AtomicU64::new(0),
+        });
+        *slot = Some(job.clone());
+        drop(slot);
+        log::warn!(
+            "resync of leg {} ('{}') started ({} from '{}')",
+            target,
+            leg.path.display(),
+            job.mode,
+            self.mirror.leg(source).path.display()
+        );
+        let fs = self.clone();
+        std::thread::Builder::new()
+            .name("resync".into())
+            .spawn(move || fs.run_resync(&job, source, &id, paths))
+            .map_err(|_| Errno::EAGAIN)?;
+        Ok(())
+    }
+
+    /// Cancels the running resync, if any (unmount, `mirrorfs leg fail`).
+    pub fn cancel_resync(&self) {
+        if let Some(j) = self.recovery.resync.lock().as_ref() {
+            j.cancel.store(true, Ordering::Relaxed);
+        }
+    }
+
+    fn run_resync(&self, job: &ResyncJob, source: LegIdx, id: &str, paths: Option<Vec<Vec<u8>>>) {
+        let target = job.target;
+        let r = self.resync_passes(job, source, id, paths);
+        let leg = self.mirror.leg(target);
+        let outcome = match r {
+            Ok(()) => {
+                log::warn!(
+                    "resync of leg {} ('{}') finished: the leg is in sync again",
+                    target,
+                    leg.path.display()
+                );
+                job.progress.set_phase(Phase::Done);
+                "finished".to_string()
+            }
+            Err(e) => {
+                leg.set_state(LegState::Failed);
+                let cancelled = e == Errno::ECANCELED;
+                job.progress.set_phase(if cancelled {
+                    Phase::Cancelled
+                } else {
+                    Phase::Failed
+                });
+                log::error!(
+                    "resync of leg {} ('{}') {}: {e}; it stays out of the mirror",
+                    target,
+                    leg.path.display(),
+                    if cancelled { "cancelled" } else { "failed" }
+                );
+                if cancelled {
+                    "cancelled".to_string()
+                } else {
+                    format!("failed: {e}")
+                }
+            }
+        };
+        *job.state.lock() = outcome;
+    }
+
+    fn resync_passes(
+        &self,
+        job: &ResyncJob,
+        source: LegIdx,
+        id: &str,
+        paths: Option<Vec<Vec<u8>>>,
+    ) -> Result<()> {
+        let target = job.target;
+        let src = self.mirror.leg(source).root()?;
+        let dst = self.mirror.leg(target).root()?;
+        let opts = tree_options(self.config.hide_lost_found);
+        let speed = || match self.recovery.speed_max.load(Ordering::Relaxed) {
+            0 => None,
+            n => Some(n),
+        };
+        let ctl = Control {
+            progress: job.progress.clone(),
+            cancel: job.cancel.clone(),
+            throttle: Arc::new(Throttle::new(speed())),
+            hook: Arc::new(tree::NoHook),
+        };
+        let check = |r: tree::SyncReport| -> Result<()> {
+            if r.cancelled || self.mirror.is_stopping() {
+                return Err(Errno::ECANCELED);
+            }
+            Ok(())
+        };
+        job.passes.fetch_add(1, Ordering::Relaxed);
+        check(match paths {
+            Some(p) => tree::sync_paths(src, dst, &to_paths(p), &opts, &ctl)?,
+            None => tree::sync_full(src, dst, &opts, &ctl)?,
+        })?;
+        // Catch up with what changed meanwhile.
+        let mut pending = self.mirror.changes().take_changed(id);
+        for _ in 0..MAX_PASSES {
+            if pending.len() < FEW_CHANGES {
+                break;
+            }
+            job.passes.fetch_add(1, Ordering::Relaxed);
+            check(tree::sync_paths(
+                src,
+                dst,
+                &to_paths(pending),
+                &opts,
+                &Control {
+                    progress: Arc::new(Progress::new()),
+                    ..ctl.clone()
+                },
+            )?)?;
+            pending = self.mirror.changes().take_changed(id);
+        }
+        // Join, with every change held off.
+        let _all = self.mirror.exclusive();
+        pending.extend(self.mirror.changes().take_changed(id));
+        job.passes.fetch_add(1, Ordering::Relaxed);
+        check(tree::sync_paths(
+            src,
+            dst,
+            &to_paths(pending),
+            &opts,
+            &Control {
+                progress: Arc::new(Progress::new()),
+                throttle: Arc::new(Throttle::new(None)),
+                ..ctl.clone()
+            },
+        )?)?;
+        let d = sys::fd::reopen(dst, libc::O_RDONLY | libc::O_DIRECTORY)?;
+        sys::fd::syncfs(d.as_fd())?;
+        self.attach_leg(target)?;
+        self.mirror.join_leg(target, id);
+        Ok(())
+    }
+
+    /// Gives every live inode and open file its copy on `target` (which holds the same tree
+    /// as the metadata leg now). Called with every change held off.
+    fn attach_leg(&self, target: LegIdx) -> Result<()> {
+        let leg = self.mirror.leg(target);
+        let root = sys::fd::reopen(leg.root()?, libc::O_PATH | libc::O_DIRECTORY)?;
+        let report = self.inodes.attach_leg(target, root, |inode| {
+            let Some(rel) = self.leg_relpath(inode) else {
+                return Ok(None);
+            };
+            if rel == b"." {
+                return Ok(None);
+            }
+            open_beneath(leg.root()?, &rel)
+        })?;
+        for h in self.handles.open_files() {
+            if h.fd(target).is_ok() || !h.inode.has_leg(target) {
+                continue;
+            }
+            let path_fd = h.inode.fd(target)?;
+            let (fd, direct) =
+                super::data::open_maybe_direct(h.flags, |f| sys::fd::reopen(path_fd.as_fd(), f))?;
+            h.attach(target, fd, direct);
+        }
+        log::info!(
+            "leg {target} attached to {} live object(s) ({} deleted while open left without it)",
+            report.attached,
+            report.unresolved
+        );
+        Ok(())
+    }
+}
+
+/// Opens `rel` (relative, no `..`) beneath the directory `root` as `O_PATH`, one component at
+/// a time without following symlinks; `None` if it does not exist.
+fn open_beneath(
+    root: std::os::fd::BorrowedFd<'_>,
+    rel: &[u8],
+) -> Result<Option<std::os::fd::OwnedFd>> {
+    let mut cur: Option<std::os::fd::OwnedFd> = None;
+    for comp in rel.split(|&b| b == b'/').filter(|c| !c.is_empty()) {
+        if comp == b".." || comp == b"." {
+            return Err(Errno::EINVAL);
+        }
+        let name = std::ffi::CString::new(comp).map_err(|_| Errno::EINVAL)?;
+        let dir = cur.as_ref().map(|f| f.as_fd()).unwrap_or(root);
+        match sys::fd::open_path_at(dir, &name) {
+            Ok(fd) => cur = Some(fd),
+            Err(Errno::ENOENT) => return Ok(None),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(cur)
+}

@@ -1,0 +1,204 @@
+//! The scrub: compares every copy of every entry on the in-sync legs (metadata and content,
+//! throttled by `resync_speed_max`), counts and lists the differences, and with repair makes
+//! the odd copies identical to the good one: by majority with three or more legs, or from a
+//! named leg.
+//!
+//! Runs in the background while the mirror serves. Each entry is compared with every change
+//! held off (the mirror's barrier, per entry), so that a write in flight is never taken for a
+//! difference; for a large file that holds writers back for as long as its comparison takes.
+
+use super::resync::{scan_stats, tree_options};
+use super::MirrorFs;
+use crate::errno::{Errno, Result};
+use crate::leg::LegIdx;
+use crate::stats::ScanStats;
+use crate::tree::{self, Control, Difference, EntryHook, Progress, Repair, Throttle};
+use parking_lot::Mutex;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+
+/// How a scrub repairs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScrubRepair {
+    /// Report only.
+    None,
+    /// The version most legs hold (three legs or more).
+    Majority,
+    /// From this leg.
+    From(LegIdx),
+}
+
+/// One scrub, running or done.
+pub struct ScrubJob {
+    pub legs: Vec<LegIdx>,
+    pub repair: ScrubRepair,
+    pub progress: Arc<Progress>,
+    pub cancel: Arc<AtomicBool>,
+    pub state: Mutex<String>,
+    /// The differing paths (at most [`LISTED`]), for `mirrorfs scrub status`.
+    pub listed: Mutex<Vec<String>>,
+}
+
+/// Differences kept for display.
+const LISTED: usize = 100;
+
+impl ScrubJob {
+    pub fn scan_stats(&self, names: Vec<String>) -> ScanStats {
+        scan_stats(&self.progress, &self.state.lock(), names)
+    }
+}
+
+/// Holds every change off while the engine looks at one entry, and counts the legs whose
+/// copy differs from the version most legs hold.
+struct ScrubHook {
+    fs: Weak<MirrorFs>,
+    legs: Vec<LegIdx>,
+    job: Weak<ScrubJob>,
+}
+
+impl EntryHook for ScrubHook {
+    fn with_entry(&self, _path: &Path, work: &mut dyn FnMut()) {
+        match self.fs.upgrade() {
+            Some(fs) => {
+                let _all = fs.mirror.exclusive();
+                work();
+            }
+            None => work(),
+        }
+    }
+
+    fn difference(&self, d: &Difference) {
+        let (Some(fs), Some(job)) = (self.fs.upgrade(), self.job.upgrade()) else {
+            return;
+        };
+        // The copy taken as good: the named source's, or the version more legs hold than any
+        // other. Every leg holding another version counts a checksum error (on a tie between
+        // two legs, both do: nothing tells which one is right).
+        let versions: Vec<usize> = d.legs.iter().map(|l| l.version).collect();
+        let count = |v: usize| versions.iter().filter(|&&x| x == v).count();
+        let good = match job.repair {
+            ScrubRepair::From(l) => self.legs.iter().position(|&x| x == l).map(|i| versions[i]),
+            _ => versions
+                .iter()
+                .copied()
+                .find(|&v| versions.iter().all(|&o| o == v || count(o) < count(v))),
+        };
+        for (i, v) in versions.iter().enumerate() {
+            if good != Some(*v) {
+                if let Some(&leg) = self.legs.get(i) {
+                    fs.mirror
+                        .leg(leg)
+                        .counters
+                        .checksum_errors
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        let mut listed = job.listed.lock();
+        if listed.len() < LISTED {
+            let kinds: Vec<String> = d.kinds.iter().map(|k| format!("{k:?}")).collect();
+            listed.push(format!("/{} ({})", d.path.display(), kinds.join(", ")));
+        }
+        log::warn!("scrub: /{} differs: {:?}", d.path.display(), d.kinds);
+    }
+}
+
+impl MirrorFs {
+    /// The running or last scrub.
+    pub fn scrub_job(&self) -> Option<Arc<ScrubJob>> {
+        self.scrub_slot.lock().clone()
+    }
+
+    /// Starts a scrub of the in-sync legs. EBUSY while one runs; EINVAL for a repair that
+    /// cannot work (majority with two legs, a source leg not in sync).
+    pub fn start_scrub(self: &Arc<Self>, repair: ScrubRepair) -> Result<()> {
+        let mut slot = self.scrub_slot.lock();
+        if slot.as_ref().is_some_and(|j| *j.state.lock() == "running") {
+            return Err(Errno::EBUSY);
+        }
+        let legs = self.mirror.in_sync_legs();
+        if legs.len() < 2 {
+            return Err(Errno::EINVAL);
+        }
+        let engine_repair = match repair {
+            ScrubRepair::None => Repair::None,
+            ScrubRepair::Majority if legs.len() >= 3 => Repair::Majority,
+            ScrubRepair::Majority => return Err(Errno::EINVAL),
+            ScrubRepair::From(l) => {
+                Repair::FromLeg(legs.iter().position(|&x| x == l).ok_or(Errno::EINVAL)?)
+            }
+        };
+        let job = Arc::new(ScrubJob {
+            legs: legs.clone(),
+            repair,
+            progress: Arc::new(Progress::new()),
+            cancel: Arc::new(AtomicBool::new(false)),
+            state: Mutex::new("running".into()),
+            listed: Mutex::new(Vec::new()),
+        });
+        *slot = Some(job.clone());
+        drop(slot);
+        let fs = self.clone();
+        std::thread::Builder::new()
+            .name("scrub".into())
+            .spawn(move || fs.run_scrub(&job, engine_repair))
+            .map_err(|_| Errno::EAGAIN)?;
+        Ok(())
+    }
+
+    /// Cancels the running scrub, if any.
+    pub fn cancel_scrub(&self) {
+        if let Some(j) = self.scrub_slot.lock().as_ref() {
+            j.cancel.store(true, Ordering::Relaxed);
+        }
+    }
+
+    fn run_scrub(self: &Arc<Self>, job: &Arc<ScrubJob>, repair: Repair) {
+        let r = (|| -> Result<tree::ScrubReport> {
+            let fds = job
+                .legs
+                .iter()
+                .map(|&l| self.mirror.leg(l).root())
+                .collect::<Result<Vec<_>>>()?;
+            let speed = match self.recovery.speed_max.load(Ordering::Relaxed) {
+                0 => None,
+                n => Some(n),
+            };
+            let ctl = Control {
+                progress: job.progress.clone(),
+                cancel: job.cancel.clone(),
+                throttle: Arc::new(Throttle::new(speed)),
+                hook: Arc::new(ScrubHook {
+                    fs: Arc::downgrade(self),
+                    legs: job.legs.clone(),
+                    job: Arc::downgrade(job),
+                }),
+            };
+            tree::scrub(
+                &fds,
+                &tree_options(self.config.hide_lost_found),
+                repair,
+                &ctl,
+            )
+        })();
+        let state = match r {
+            Ok(rep) if rep.cancelled => "cancelled".to_string(),
+            Ok(rep) => {
+                log::warn!(
+                    "scrub finished: {} entries, {} differences, {} repaired, {} left",
+                    rep.entries,
+                    rep.differences,
+                    rep.repaired,
+                    rep.unrepaired
+                );
+                "finished".to_string()
+            }
+            Err(e) => {
+                log::error!("scrub failed: {e}");
+                format!("failed: {e}")
+            }
+        };
+        *job.state.lock() = state;
+    }
+}
