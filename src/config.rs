@@ -32,6 +32,8 @@ pub struct MountConfig {
     /// Keep the write-intent log (default on): after a crash only the files being written
     /// then need checking. Off trades that for one flush less per newly written file.
     pub write_intent: bool,
+    /// At the first mount, the leg whose data the others get (by name or path).
+    pub init_from: Option<String>,
     /// Bytes per second a resync or scrub may use (0: unlimited, the default).
     pub resync_speed_max: u64,
     /// Mount even when a leg is missing or behind, serving from the others (btrfs's option).
@@ -76,6 +78,7 @@ impl Default for MountConfig {
             degraded: false,
             write_intent: true,
             resync_speed_max: 0,
+            init_from: None,
         }
     }
 }
@@ -194,6 +197,14 @@ impl MountConfig {
             "dirsync" => flag(value).map(|()| self.dirsync = true),
             "fault_injection" => flag(value).map(|()| self.fault_injection = true),
             "degraded" => flag(value).map(|()| self.degraded = true),
+            "init_from" => {
+                let v = need(key, value)?;
+                if v.is_empty() {
+                    return Err("invalid value for 'init_from': ''".into());
+                }
+                self.init_from = Some(v.to_string());
+                Ok(())
+            }
             "resync_speed_max" => {
                 let v = need(key, value)?;
                 self.resync_speed_max = parse_size(v)

@@ -42,7 +42,7 @@ fn legs(n: usize) -> Legs {
 
 fn open_fs(l: &Legs) -> MirrorFs {
     let none = vec![None; l.paths.len()];
-    let plan = ArrayPlan::prepare(&l.shown, &l.paths, &none, false, false).unwrap();
+    let plan = ArrayPlan::prepare(&l.shown, &l.paths, &none, false, false, None).unwrap();
     let sbs = plan.commit().unwrap();
     let legs = l
         .paths
@@ -227,7 +227,7 @@ fn a_leg_failing_a_write_halfway_is_dropped_and_recorded() {
     let sb1 = LegSuperblock::read(&l.paths[1]).unwrap().unwrap();
     assert_eq!(sb0.failed_legs, vec![sb1.leg_id]);
     let none = vec![None; l.paths.len()];
-    let p = ArrayPlan::prepare(&l.shown, &l.paths, &none, false, false).unwrap();
+    let p = ArrayPlan::prepare(&l.shown, &l.paths, &none, false, false, None).unwrap();
     assert!(
         matches!(&p.states[1], PlannedLeg::Stale(w) if w.contains("was dropped")),
         "{:?}",

@@ -32,8 +32,15 @@ fn prepare(args: &Args) -> Result<Prepared, Vec<String>> {
             // A leg that is not there: say whether the others could serve without it.
             let others_can_serve = !config.degraded
                 && validate(&args.legs, &args.mountpoint, true).is_ok_and(|c| {
-                    ArrayPlan::prepare(&c.shown, &c.legs, &c.missing, c.some_leg_is_fs_root, true)
-                        .is_ok_and(|p| !p.is_new)
+                    ArrayPlan::prepare(
+                        &c.shown,
+                        &c.legs,
+                        &c.missing,
+                        c.some_leg_is_fs_root,
+                        true,
+                        None,
+                    )
+                    .is_ok_and(|p| !p.is_new)
                 });
             return Err(vec![if others_can_serve {
                 format!("{e}; mount with -o degraded to serve from the other legs")
@@ -42,12 +49,30 @@ fn prepare(args: &Args) -> Result<Prepared, Vec<String>> {
             }]);
         }
     };
+    let init_from = match &config.init_from {
+        None => None,
+        Some(want) => {
+            let canonical = std::fs::canonicalize(want).ok();
+            let found = (0..checked.legs.len()).find(|&i| {
+                checked.specs[i].name.as_deref() == Some(want.as_str())
+                    || format!("leg{i}") == *want
+                    || checked.shown[i] == *want
+                    || Some(&checked.legs[i]) == canonical.as_ref()
+            });
+            Some(found.ok_or_else(|| {
+                vec![format!(
+                    "invalid value for 'init_from': '{want}' (not one of the legs)"
+                )]
+            })?)
+        }
+    };
     let plan = ArrayPlan::prepare(
         &checked.shown,
         &checked.legs,
         &checked.missing,
         checked.some_leg_is_fs_root,
         config.degraded,
+        init_from,
     )
     .map_err(|e| vec![e])?;
     Ok(Prepared {

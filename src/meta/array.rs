@@ -1,9 +1,12 @@
 //! Deciding, before anything is written, whether a set of legs forms one mirror, and what
 //! state each leg is in.
 //!
-//! - No leg has a superblock: a new mirror. Every leg must be there and hold the same tree
-//!   (all empty, or identical); mirrorfs never guesses which copy to keep. Superblocks are
-//!   written only once the mount is up ([`ArrayPlan::commit`]).
+//! - No leg has a superblock: a new mirror. Every leg must be there. Legs that hold the same
+//!   tree (all empty, or identical) start in sync. When exactly one leg holds data and the
+//!   others are empty, that data is adopted: the empty legs start stale and are resynced
+//!   from it in the background. Legs holding different data are refused unless the user names
+//!   the source (`-o init_from=LEG`): mirrorfs never guesses which copy to keep. Superblocks
+//!   are written only once the mount is up ([`ArrayPlan::commit`]).
 //! - Otherwise the legs with a superblock must name the same array and distinct leg ids.
 //!   A leg is **missing** when it does not exist, cannot be used, or has no superblock (the
 //!   empty mount point of a disk that is not mounted). A leg is **stale** when it is behind:
@@ -50,6 +53,7 @@ impl ArrayPlan {
         missing: &[Option<String>],
         hide_lost_found: bool,
         degraded: bool,
+        init_from: Option<usize>,
     ) -> Result<ArrayPlan, String> {
         let n = legs.len();
         let mut states: Vec<PlannedLeg> = missing
@@ -74,16 +78,70 @@ impl ArrayPlan {
                     shown[i]
                 ));
             }
-            if let Some(d) = tree_compare::first_difference(legs, hide_lost_found) {
-                return Err(format!(
-                    "legs differ at first mount: {d}; make them identical (or empty) first"
-                ));
+            let holds_data = |i: usize| {
+                std::fs::read_dir(&legs[i]).is_ok_and(|mut rd| {
+                    rd.any(|e| {
+                        e.is_ok_and(|e| {
+                            !tree_compare::is_foreign_root_name(&e.file_name(), hide_lost_found)
+                        })
+                    })
+                })
+            };
+            let source = match (
+                init_from,
+                tree_compare::first_difference(legs, hide_lost_found),
+            ) {
+                (Some(s), _) => Some(s),
+                (None, None) => None,
+                (None, Some(d)) => {
+                    let full: Vec<usize> = (0..n).filter(|&i| holds_data(i)).collect();
+                    if full.len() == 1 {
+                        Some(full[0])
+                    } else {
+                        return Err(format!(
+                            "legs differ at first mount: {d}; name the leg whose data to keep \
+                             with -o init_from=LEG (the others are overwritten), or make them \
+                             identical (or empty) first"
+                        ));
+                    }
+                }
+            };
+            if let Some(s) = source {
+                for i in (0..n).filter(|&i| i != s) {
+                    let same = tree_compare::first_difference(
+                        &[legs[s].clone(), legs[i].clone()],
+                        hide_lost_found,
+                    )
+                    .is_none();
+                    if !same {
+                        states[i] = PlannedLeg::Stale(format!(
+                            "leg '{}' is initialised from '{}'",
+                            shown[i], shown[s]
+                        ));
+                    }
+                }
             }
             let array_id = crate::sys::random_hex_id();
             let superblocks: Vec<LegSuperblock> = (0..n)
                 .map(|slot| LegSuperblock::new(&array_id, slot, n))
                 .collect();
             let members: Vec<String> = superblocks.iter().map(|s| s.leg_id.clone()).collect();
+            // The legs to fill start behind: every other leg records them as dropped, so that
+            // a crash before they are filled cannot make them look in sync.
+            let behind: Vec<String> = (0..n)
+                .filter(|&i| states[i] != PlannedLeg::InSync)
+                .map(|i| superblocks[i].leg_id.clone())
+                .collect();
+            let superblocks: Vec<LegSuperblock> = superblocks
+                .into_iter()
+                .enumerate()
+                .map(|(i, mut s)| {
+                    if states[i] == PlannedLeg::InSync {
+                        s.failed_legs = behind.clone();
+                    }
+                    s
+                })
+                .collect();
             return Ok(ArrayPlan {
                 superblocks: superblocks
                     .into_iter()
@@ -269,11 +327,14 @@ impl ArrayPlan {
     }
 
     /// Writes the in-sync legs' superblocks for the mount (see
-    /// [`mounted_superblocks`](Self::mounted_superblocks)); returns them.
+    /// [`mounted_superblocks`](Self::mounted_superblocks)), and for a new mirror the legs to
+    /// fill as well (their superblock as a member that is behind); returns them.
     pub fn commit(&self) -> Result<Vec<Option<LegSuperblock>>, String> {
         let sbs = self.mounted_superblocks();
         for ((sb, leg), st) in sbs.iter().zip(&self.legs).zip(&self.states) {
-            if let (Some(sb), PlannedLeg::InSync) = (sb, st) {
+            let write = matches!(st, PlannedLeg::InSync)
+                || (self.is_new && matches!(st, PlannedLeg::Stale(_)));
+            if let (Some(sb), true) = (sb, write) {
                 sb.write(leg).map_err(|e| {
                     format!("cannot write the superblock on '{}': {e}", leg.display())
                 })?;
@@ -288,38 +349,76 @@ mod tests {
     use super::*;
 
     #[test]
+    fn existing_data_is_adopted_or_needs_a_named_source() {
+        let (_d, l, s) = legs(3);
+        let none = vec![None; 3];
+        std::fs::write(l[1].join("f"), b"data").unwrap();
+        // One leg holds data, the others are empty: adopted from it.
+        let p = ArrayPlan::prepare(&s, &l, &none, false, false, None).unwrap();
+        assert!(p.is_new);
+        assert_eq!(p.states[1], PlannedLeg::InSync);
+        assert!(matches!(&p.states[0], PlannedLeg::Stale(w) if w.contains("initialised from")));
+        let sbs = p.commit().unwrap();
+        let sb1 = sbs[1].as_ref().unwrap();
+        for i in [0, 2] {
+            let id = &sbs[i].as_ref().unwrap().leg_id;
+            assert!(
+                sb1.failed_legs.contains(id),
+                "the leg to fill is recorded as behind"
+            );
+            assert!(
+                LegSuperblock::read(&l[i]).unwrap().is_some(),
+                "and has a superblock"
+            );
+        }
+        // Two legs with different data: refused unless the source is named.
+        let (_d2, l2, s2) = legs(2);
+        std::fs::write(l2[0].join("f"), b"one").unwrap();
+        std::fs::write(l2[1].join("g"), b"two").unwrap();
+        let e = ArrayPlan::prepare(&s2, &l2, &none[..2], false, false, None).unwrap_err();
+        assert!(e.contains("init_from"), "{e}");
+        assert!(
+            LegSuperblock::read(&l2[0]).unwrap().is_none(),
+            "nothing written"
+        );
+        let p = ArrayPlan::prepare(&s2, &l2, &none[..2], false, false, Some(1)).unwrap();
+        assert_eq!(p.states[1], PlannedLeg::InSync);
+        assert!(matches!(p.states[0], PlannedLeg::Stale(_)));
+    }
+
+    #[test]
     fn missing_and_behind_legs_need_degraded_and_are_recorded() {
         let (_d, l, s) = legs(2);
         let none = vec![None; 2];
-        let first = ArrayPlan::prepare(&s, &l, &none, false, false).unwrap();
+        let first = ArrayPlan::prepare(&s, &l, &none, false, false, None).unwrap();
         first.commit().unwrap();
         // Leg 1 is gone (its disk not mounted): refused, then served with degraded.
         let gone = vec![None, Some("leg 'l1' does not exist".to_string())];
-        let e = ArrayPlan::prepare(&s, &l, &gone, false, false).unwrap_err();
+        let e = ArrayPlan::prepare(&s, &l, &gone, false, false, None).unwrap_err();
         assert!(
             e.contains("does not exist") && e.contains("-o degraded"),
             "{e}"
         );
-        let p = ArrayPlan::prepare(&s, &l, &gone, false, true).unwrap();
+        let p = ArrayPlan::prepare(&s, &l, &gone, false, true, None).unwrap();
         assert_eq!(p.states[0], PlannedLeg::InSync);
         let sbs = p.commit().unwrap();
         let id1 = first.superblocks[1].as_ref().unwrap().leg_id.clone();
         assert!(sbs[0].as_ref().unwrap().failed_legs.contains(&id1));
         assert_eq!(sbs[0].as_ref().unwrap().events, 2);
         // It comes back: stale (recorded, and behind), mounted without degraded, to resync.
-        let p = ArrayPlan::prepare(&s, &l, &none, false, false).unwrap();
+        let p = ArrayPlan::prepare(&s, &l, &none, false, false, None).unwrap();
         assert!(matches!(&p.states[1], PlannedLeg::Stale(w) if w.contains("was dropped")));
         // Only one leg given of two: degraded needed.
         let mut sb0 = LegSuperblock::read(&l[0]).unwrap().unwrap();
         sb0.failed_legs.clear();
         sb0.write(&l[0]).unwrap();
-        let e = ArrayPlan::prepare(&s[..1], &l[..1], &none[..1], false, false).unwrap_err();
+        let e = ArrayPlan::prepare(&s[..1], &l[..1], &none[..1], false, false, None).unwrap_err();
         assert!(e.contains("has 2 legs but 1 were given"), "{e}");
-        assert!(ArrayPlan::prepare(&s[..1], &l[..1], &none[..1], false, true).is_ok());
+        assert!(ArrayPlan::prepare(&s[..1], &l[..1], &none[..1], false, true, None).is_ok());
         // A new mirror needs every leg.
         let (_d2, l2, s2) = legs(2);
         let gone = vec![None, Some("x".to_string())];
-        let e = ArrayPlan::prepare(&s2, &l2, &gone, false, true).unwrap_err();
+        let e = ArrayPlan::prepare(&s2, &l2, &gone, false, true, None).unwrap_err();
         assert!(e.contains("a new mirror needs every leg"), "{e}");
     }
 
@@ -337,10 +436,10 @@ mod tests {
     fn new_then_existing() {
         let (_d, l, s) = legs(2);
         let none = vec![None; 2];
-        let p = ArrayPlan::prepare(&s, &l, &none, false, false).unwrap();
+        let p = ArrayPlan::prepare(&s, &l, &none, false, false, None).unwrap();
         assert!(p.is_new);
         let written = p.commit().unwrap();
-        let again = ArrayPlan::prepare(&s, &l, &none, false, false).unwrap();
+        let again = ArrayPlan::prepare(&s, &l, &none, false, false, None).unwrap();
         assert!(!again.is_new);
         assert_eq!(again.superblocks, written);
         assert!(again.crashed, "mounted and never cleanly unmounted");
@@ -354,32 +453,32 @@ mod tests {
     fn mixed_foreign_and_dropped_legs_are_refused() {
         let (_d, l, s) = legs(3);
         let none = vec![None; 3];
-        ArrayPlan::prepare(&s[..2], &l[..2], &none[..2], false, false)
+        ArrayPlan::prepare(&s[..2], &l[..2], &none[..2], false, false, None)
             .unwrap()
             .commit()
             .unwrap();
-        let e = ArrayPlan::prepare(&s, &l, &none, false, false).unwrap_err();
+        let e = ArrayPlan::prepare(&s, &l, &none, false, false, None).unwrap_err();
         assert!(e.contains("not part of this mirror"), "{e}");
         // A leg of another mirror.
-        ArrayPlan::prepare(&s[2..], &l[2..], &none[2..], false, false)
+        ArrayPlan::prepare(&s[2..], &l[2..], &none[2..], false, false, None)
             .unwrap()
             .commit()
             .unwrap();
-        let e = ArrayPlan::prepare(&s[1..], &l[1..], &none[1..], false, false).unwrap_err();
+        let e = ArrayPlan::prepare(&s[1..], &l[1..], &none[1..], false, false, None).unwrap_err();
         assert!(e.contains("belongs to another mirror"), "{e}");
         // A leg recorded as dropped by its peer: stale (to be resynced).
         let mut sb0 = LegSuperblock::read(&l[0]).unwrap().unwrap();
         let sb1 = LegSuperblock::read(&l[1]).unwrap().unwrap();
         sb0.failed_legs.push(sb1.leg_id.clone());
         sb0.write(&l[0]).unwrap();
-        let p = ArrayPlan::prepare(&s[..2], &l[..2], &none[..2], false, false).unwrap();
+        let p = ArrayPlan::prepare(&s[..2], &l[..2], &none[..2], false, false, None).unwrap();
         assert_eq!(p.states[0], PlannedLeg::InSync);
         assert!(matches!(p.states[1], PlannedLeg::Stale(_)));
         // Split brain: each dropped the other.
         let mut sb1 = sb1;
         sb1.failed_legs.push(sb0.leg_id.clone());
         sb1.write(&l[1]).unwrap();
-        let e = ArrayPlan::prepare(&s[..2], &l[..2], &none[..2], false, true).unwrap_err();
+        let e = ArrayPlan::prepare(&s[..2], &l[..2], &none[..2], false, true, None).unwrap_err();
         assert!(e.contains("each used without the other"), "{e}");
     }
 }
