@@ -338,15 +338,17 @@ fn legs_differ_at_first_mount() {
         Some(&d.mnt),
     );
 
-    // One empty leg, one populated.
+    // Two populated legs that differ, with no source named.
     let d = TestDirs::new(2);
     populate(&d.legs[0]);
+    fs::write(d.legs[1].join("other"), b"x").unwrap();
     expect_rejected(
         &[os(d.legs_arg()), os(&d.mnt)],
-        &["legs differ at first mount"],
+        &["legs differ at first mount", "init_from"],
         &watch_all(&d),
         Some(&d.mnt),
     );
+    // (One populated leg and empty others is adopted: tests/data_safety.rs.)
 }
 
 #[test]

@@ -228,7 +228,7 @@ impl MirrorFs {
                 .mirror
                 .legs()
                 .iter()
-                .map(|l| l.path.display().to_string())
+                .map(|l| l.path().display().to_string())
                 .collect::<Vec<_>>()
                 .join(":")
                 .into(),
@@ -281,9 +281,37 @@ impl MirrorFs {
         self.mirror
             .legs()
             .iter()
-            .find(|l| l.name == what || Some(&l.path) == p.as_ref() || l.path.as_os_str() == what)
+            .find(|l| {
+                l.name == what || Some(&l.path()) == p.as_ref() || l.path().as_os_str() == what
+            })
             .map(|l| l.idx)
             .ok_or(Errno::EINVAL)
+    }
+
+    /// A directory that may become a leg: it exists, is empty (but for a `lost+found`), holds
+    /// no superblock, and is neither a leg, inside one, around one, nor in the mount.
+    fn check_new_leg(&self, path: &str) -> Result<std::path::PathBuf> {
+        let p = std::fs::canonicalize(path).map_err(|_| Errno::ENOENT)?;
+        if !p.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        if p.starts_with(&self.config.mount) || self.config.mount.starts_with(&p) {
+            return Err(Errno::EINVAL);
+        }
+        for l in self.mirror.legs() {
+            let lp = l.path();
+            if p.starts_with(&lp) || lp.starts_with(&p) {
+                return Err(Errno::EINVAL);
+            }
+        }
+        let busy = std::fs::read_dir(&p)
+            .map_err(Errno::from)?
+            .flatten()
+            .any(|e| e.file_name() != "lost+found");
+        if busy {
+            return Err(Errno::ENOTEMPTY);
+        }
+        Ok(p)
     }
 
     /// `user.mirrorfs.scrub`: `start [repair[=majority|LEG]]` or `cancel`.
@@ -333,7 +361,25 @@ impl MirrorFs {
                 fs.start_resync(self.leg_named(leg)?, true)
             }
             ["remove", leg] => self.mirror.remove_member(self.leg_named(leg)?),
-            ["replace", ..] => Err(Errno::ENOTSUP),
+            ["replace", leg, new] => {
+                let l = self.leg_named(leg)?;
+                let new = self.check_new_leg(new)?;
+                if self.mirror.leg(l).is_in_sync() {
+                    if self.mirror.in_sync_legs() == [l] {
+                        return Err(Errno::EBUSY);
+                    }
+                    self.mirror.mark_failed(
+                        l,
+                        "mirrorfs leg replace",
+                        crate::mirror::outcome::DropReason::Requested,
+                    );
+                }
+                if self.resync_job().is_some_and(|j| j.target == l) {
+                    return Err(Errno::EBUSY);
+                }
+                self.mirror.replace_member(l, &new)?;
+                fs.start_resync(l, true)
+            }
             _ => Err(Errno::EINVAL),
         }
     }
@@ -369,7 +415,7 @@ impl MirrorFs {
                 let (small, large, bandwidth) = l.service_figures();
                 LegStats {
                     name: l.name.clone(),
-                    path: l.path.display().to_string(),
+                    path: l.path().display().to_string(),
                     state: l.state().as_str().into(),
                     rotational: l.rotational,
                     rotational_source: l.rotational_source.as_str().into(),
@@ -432,7 +478,7 @@ impl MirrorFs {
                 let leg = self.mirror.metadata_leg();
                 let p = leg_path(leg)?;
                 let rel = p
-                    .strip_prefix(&self.mirror.leg(leg).path)
+                    .strip_prefix(self.mirror.leg(leg).path())
                     .map_err(|_| Errno::EIO)?;
                 Ok(format!("/{}", rel.display()).into())
             }

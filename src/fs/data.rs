@@ -233,6 +233,7 @@ impl MirrorFs {
     /// did not fail), as md and btrfs do. Runs under the file's data lock, so no write races
     /// with the copy. If the copy cannot be written, the leg is dropped.
     fn repair_range(&self, inode: &Arc<Inode>, f: &FailedRead) {
+        let _barrier = self.mirror.barrier();
         let _data = inode.data_lock.write();
         let bad = f.leg;
         if !self.mirror.leg(bad).is_in_sync() {
@@ -248,9 +249,9 @@ impl MirrorFs {
                 let mut buf = vec![0u8; f.len as usize];
                 let n = sys::fd::pread_full(fd.as_fd(), &mut buf, f.offset).ok()?;
                 buf.truncate(n);
-                Some(buf)
+                Some((l, buf))
             });
-        let Some(good) = good else {
+        let Some((good_leg, good)) = good else {
             log::error!(
                 "read-repair of inode {} at {}: no other leg could read the range",
                 inode.ino,
@@ -262,7 +263,9 @@ impl MirrorFs {
             .mirror
             .check_fault_file(bad, "repair", Some(inode.ino))
             .and_then(|()| sys::fd::reopen(inode.fd(bad)?.as_fd(), libc::O_WRONLY))
-            .and_then(|fd| sys::fd::pwrite_full(fd.as_fd(), &good, f.offset));
+            .and_then(|fd| sys::fd::pwrite_full(fd.as_fd(), &good, f.offset))
+            // A repair is no change of the file: the copy keeps the good copy's mtime.
+            .and_then(|_| self.align_mtime(&[good_leg, bad], "repair", |l| inode.fd(l)));
         let leg = self.mirror.leg(bad);
         match r {
             Ok(_) => {
@@ -270,7 +273,7 @@ impl MirrorFs {
                 log::warn!(
                     "leg {} ('{}'): repaired {} bytes at {} of inode {} after {:?}",
                     bad,
-                    leg.path.display(),
+                    leg.path().display(),
                     good.len(),
                     f.offset,
                     inode.ino,
@@ -366,7 +369,9 @@ impl MirrorFs {
         self.align_mtimes(&h)?;
         let legs = self.writable_legs(&h);
         self.mirror
-            .fan_out(&legs, "fsync", |leg| sys::fd::fsync(h.fd(leg)?, datasync))
+            .fan_out(&legs, "fsync", |leg| {
+                sys::fd::fsync(h.fd(leg)?.as_fd(), datasync)
+            })
             .map(drop)
     }
 
@@ -380,7 +385,7 @@ impl MirrorFs {
         self.will_change(&h.inode);
         let _data = h.inode.data_lock.read();
         self.mirror.fan_out(&legs, "fallocate", |leg| {
-            sys::fd::fallocate(h.fd(leg)?, mode, offset, length)
+            sys::fd::fallocate(h.fd(leg)?.as_fd(), mode, offset, length)
         })?;
         h.wrote.store(true, Ordering::Relaxed);
         Ok(())
@@ -389,7 +394,9 @@ impl MirrorFs {
     /// SEEK_DATA / SEEK_HOLE (and the others) answered by the metadata leg's copy.
     pub fn lseek(&self, fh: u64, offset: i64, whence: i32) -> Result<i64> {
         let h = self.handles.file(fh)?;
-        self.on_metadata_leg("lseek", |leg| sys::fd::lseek(h.fd(leg)?, offset, whence))
+        self.on_metadata_leg("lseek", |leg| {
+            sys::fd::lseek(h.fd(leg)?.as_fd(), offset, whence)
+        })
     }
 
     /// Copies between two open files on every leg (each leg copies its own copy, in parallel).
@@ -413,7 +420,13 @@ impl MirrorFs {
         self.will_change(&ho.inode);
         let _data = ho.inode.data_lock.read();
         let copied = self.mirror.fan_out(&legs, "copy_file_range", |leg| {
-            sys::fd::copy_file_range_full(hi.fd(leg)?, off_in, ho.fd(leg)?, off_out, len)
+            sys::fd::copy_file_range_full(
+                hi.fd(leg)?.as_fd(),
+                off_in,
+                ho.fd(leg)?.as_fd(),
+                off_out,
+                len,
+            )
         })?;
         ho.wrote.store(true, Ordering::Relaxed);
         agree(&self.mirror, "copy_file_range", &copied)

@@ -4,12 +4,12 @@ use super::inode::Inode;
 use crate::errno::{Errno, Result};
 use crate::leg::LegIdx;
 use crate::policy::stream::StreamTracker;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 /// Descriptors an open file was admitted for; given back when it closes.
 pub struct Admission {
@@ -23,13 +23,25 @@ impl Drop for Admission {
     }
 }
 
+/// One leg's descriptor of an open file.
+pub struct LegFd {
+    fd: OwnedFd,
+    /// Opened with `O_DIRECT` (buffers must be aligned).
+    pub direct: bool,
+}
+
+impl AsFd for LegFd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
 /// A regular file opened through the mount: one real descriptor per leg.
 pub struct OpenFile {
     pub inode: Arc<Inode>,
     _admission: Admission,
-    /// Per leg: the descriptor, and whether it was opened with `O_DIRECT` (buffers must be
-    /// aligned). Set once: a leg that joins later (after a resync) is attached then.
-    fds: Vec<OnceLock<(OwnedFd, bool)>>,
+    /// Per leg: the descriptor; a leg that joins (after a resync) is attached afresh.
+    fds: Vec<RwLock<Option<Arc<LegFd>>>>,
     /// The flags the file was opened with on the legs (to attach a leg later).
     pub flags: i32,
     /// Data was written since the last time the legs' mtimes were made equal.
@@ -51,13 +63,7 @@ impl OpenFile {
             _admission: admission,
             fds: fds
                 .into_iter()
-                .map(|f| {
-                    let cell = OnceLock::new();
-                    if let Some(f) = f {
-                        let _ = cell.set(f);
-                    }
-                    cell
-                })
+                .map(|f| RwLock::new(f.map(|(fd, direct)| Arc::new(LegFd { fd, direct }))))
                 .collect(),
             flags,
             wrote: AtomicBool::new(false),
@@ -65,32 +71,32 @@ impl OpenFile {
         }
     }
 
-    pub fn fd(&self, leg: LegIdx) -> Result<BorrowedFd<'_>> {
+    pub fn fd(&self, leg: LegIdx) -> Result<Arc<LegFd>> {
         self.fds
             .get(leg)
-            .and_then(|f| f.get())
-            .map(|(f, _)| f.as_fd())
+            .and_then(|f| f.read().clone())
             .ok_or(Errno::EIO)
     }
 
     pub fn is_direct(&self, leg: LegIdx) -> bool {
         self.fds
             .get(leg)
-            .and_then(|f| f.get())
-            .is_some_and(|(_, d)| *d)
+            .and_then(|f| f.read().clone())
+            .is_some_and(|f| f.direct)
     }
 
     /// Legs this handle has a descriptor on.
     pub fn legs(&self) -> Vec<LegIdx> {
         (0..self.fds.len())
-            .filter(|&l| self.fds[l].get().is_some())
+            .filter(|&l| self.fds[l].read().is_some())
             .collect()
     }
 
-    /// Gives the handle a descriptor on `leg` (a leg that joined after the open).
-    pub fn attach(&self, leg: LegIdx, fd: OwnedFd, direct: bool) {
+    /// Gives the handle a (new) descriptor on `leg` (a leg that joined after the open), or
+    /// none.
+    pub fn attach(&self, leg: LegIdx, fd: Option<(OwnedFd, bool)>) {
         if let Some(cell) = self.fds.get(leg) {
-            let _ = cell.set((fd, direct));
+            *cell.write() = fd.map(|(fd, direct)| Arc::new(LegFd { fd, direct }));
         }
     }
 }

@@ -26,7 +26,6 @@ use parking_lot::{Mutex, RwLock};
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::OnceLock;
 use std::sync::{Arc, Weak};
 
 /// The root's inode number (FUSE's `FUSE_ROOT_ID`).
@@ -42,8 +41,8 @@ pub struct Inode {
     pub kind: u32,
     /// Per leg: this object on that leg (None where it could not be opened, e.g. the leg had
     /// already failed).
-    /// Set once: a leg that joins later (after a resync) gets its object attached then.
-    objects: Vec<OnceLock<LegObject>>,
+    /// Per leg; a leg that joins (after a resync) gets every object attached afresh.
+    objects: Vec<RwLock<Option<Arc<LegObject>>>>,
     /// Files open on this object: while any is, its descriptors stay open (a deleted file can
     /// no longer be reopened by handle).
     open_files: AtomicUsize,
@@ -74,14 +73,14 @@ impl Inode {
         let obj = self
             .objects
             .get(leg)
-            .and_then(|o| o.get())
+            .and_then(|o| o.read().clone())
             .ok_or(Errno::EIO)?;
         let mut slot = obj.fd.lock();
         if let Some(fd) = slot.as_ref() {
             return Ok(fd.clone());
         }
         let handle = obj.handle.as_ref().ok_or(Errno::EIO)?;
-        let mount = self.cache.mount_fds[leg].get().ok_or(Errno::EIO)?;
+        let mount = self.cache.mount_fds[leg].read().clone().ok_or(Errno::EIO)?;
         let fd = match sys::fd::open_by_handle(mount.as_fd(), handle) {
             Ok(fd) => Arc::new(fd),
             Err(Errno::ESTALE) => return Err(Errno::ENOENT),
@@ -99,7 +98,7 @@ impl Inode {
 
     /// Whether this object has its copy on `leg` (attached).
     pub fn has_leg(&self, leg: LegIdx) -> bool {
-        self.objects.get(leg).is_some_and(|o| o.get().is_some())
+        self.objects.get(leg).is_some_and(|o| o.read().is_some())
     }
 
     pub fn is_symlink(&self) -> bool {
@@ -124,7 +123,7 @@ impl Inode {
         if self.open_files.load(Ordering::Acquire) > 0 {
             return false;
         }
-        match self.objects.get(leg).and_then(|o| o.get()) {
+        match self.objects.get(leg).and_then(|o| o.read().clone()) {
             Some(obj) if obj.handle.is_some() => obj.fd.lock().take().is_some(),
             _ => false,
         }
@@ -135,8 +134,8 @@ impl Drop for Inode {
     fn drop(&mut self) {
         let open = self
             .objects
-            .iter()
-            .filter_map(|o| o.get())
+            .iter_mut()
+            .filter_map(|o| o.get_mut().clone())
             .filter(|o| o.handle.is_some() && o.fd.lock().is_some())
             .count();
         self.cache.closed(open);
@@ -147,7 +146,7 @@ impl Drop for Inode {
 pub struct FdCache {
     /// Per leg: a readable descriptor of the leg root, naming its filesystem for
     /// `open_by_handle_at`; None where handles cannot be used.
-    mount_fds: Vec<OnceLock<OwnedFd>>,
+    mount_fds: Vec<RwLock<Option<Arc<OwnedFd>>>>,
     /// Per leg: the device of the leg root (objects on other devices are pinned).
     root_devs: Vec<AtomicU64>,
     /// Most reopenable descriptors open at once (all legs together).
@@ -169,13 +168,7 @@ impl FdCache {
         // (CAP_DAC_READ_SEARCH): tried once, on the leg root.
         let mount_fds = roots
             .iter()
-            .map(|r| {
-                let cell = OnceLock::new();
-                if let Some(m) = r.and_then(Self::mount_fd_for) {
-                    let _ = cell.set(m);
-                }
-                cell
-            })
+            .map(|r| RwLock::new(r.and_then(Self::mount_fd_for).map(Arc::new)))
             .collect();
         FdCache {
             mount_fds,
@@ -203,7 +196,7 @@ impl FdCache {
     /// The handle to keep for an object on `leg` on device `dev`, or None to pin its
     /// descriptor.
     fn handle_for(&self, leg: LegIdx, dev: u64, fd: &OwnedFd) -> Option<FileHandle> {
-        if self.mount_fds.get(leg)?.get().is_none()
+        if self.mount_fds.get(leg)?.read().is_none()
             || self.root_devs.get(leg).map(|d| d.load(Ordering::Relaxed)) != Some(dev)
         {
             return None;
@@ -344,14 +337,12 @@ impl InodeTable {
                     objects: root_fds
                         .into_iter()
                         .map(|f| {
-                            let cell = OnceLock::new();
-                            if let Some(fd) = f {
-                                let _ = cell.set(LegObject {
+                            RwLock::new(f.map(|fd| {
+                                Arc::new(LegObject {
                                     handle: None,
                                     fd: Mutex::new(Some(Arc::new(fd))),
-                                });
-                            }
-                            cell
+                                })
+                            }))
                         })
                         .collect(),
                     open_files: AtomicUsize::new(0),
@@ -414,19 +405,17 @@ impl InodeTable {
             .into_iter()
             .enumerate()
             .map(|(leg, f)| {
-                let cell = OnceLock::new();
-                if let Some(fd) = f {
+                RwLock::new(f.map(|fd| {
                     let dev = ids.iter().find(|i| i.leg == leg).map_or(0, |i| i.dev);
                     let handle = self.cache.handle_for(leg, dev, &fd);
                     if handle.is_some() {
                         reopenable.push(leg);
                     }
-                    let _ = cell.set(LegObject {
+                    Arc::new(LegObject {
                         handle,
                         fd: Mutex::new(Some(Arc::new(fd))),
-                    });
-                }
-                cell
+                    })
+                }))
             })
             .collect();
         let inode = Arc::new(Inode {
@@ -490,12 +479,11 @@ impl InodeTable {
         resolve: impl Fn(&Arc<Inode>) -> Result<Option<OwnedFd>>,
     ) -> Result<AttachReport> {
         let root_st = sys::fd::fstat(root.as_fd())?;
+        // The leg may be another directory than before (`leg replace`): every object and the
+        // way to reopen them are found afresh.
+        self.detach_leg(leg);
         if let Some(cell) = self.cache.mount_fds.get(leg) {
-            if cell.get().is_none() {
-                if let Some(m) = FdCache::mount_fd_for(root.as_fd()) {
-                    let _ = cell.set(m);
-                }
-            }
+            *cell.write() = FdCache::mount_fd_for(root.as_fd()).map(Arc::new);
         }
         if let Some(d) = self.cache.root_devs.get(leg) {
             d.store(root_st.st_dev, Ordering::Relaxed);
@@ -509,9 +497,6 @@ impl InodeTable {
             .collect();
         let mut report = AttachReport::default();
         for inode in inodes {
-            if inode.has_leg(leg) {
-                continue;
-            }
             let fd = if inode.ino == ROOT_INO {
                 Some(sys::fd::reopen(
                     root.as_fd(),
@@ -539,10 +524,10 @@ impl InodeTable {
                 self.cache.handle_for(leg, st.st_dev, &fd)
             };
             let reopenable = handle.is_some();
-            let _ = inode.objects[leg].set(LegObject {
+            *inode.objects[leg].write() = Some(Arc::new(LegObject {
                 handle,
                 fd: Mutex::new(Some(Arc::new(fd))),
-            });
+            }));
             {
                 let mut inner = self.inner.lock();
                 if let Some(prev) = inner.identity.insert(id, inode.ino) {
@@ -560,6 +545,20 @@ impl InodeTable {
             report.attached += 1;
         }
         Ok(report)
+    }
+
+    /// Drops every object's copy on `leg` (before it is attached afresh).
+    fn detach_leg(&self, leg: LegIdx) {
+        for inode in self.live_inodes() {
+            let Some(cell) = inode.objects.get(leg) else {
+                continue;
+            };
+            if let Some(obj) = cell.write().take() {
+                if obj.handle.is_some() && obj.fd.lock().take().is_some() {
+                    self.cache.closed(1);
+                }
+            }
+        }
     }
 
     /// Every live inode (for [`attach_leg`](Self::attach_leg)'s callers and checks).

@@ -145,7 +145,7 @@ impl MirrorFs {
                 root_fds.push(None);
                 continue;
             }
-            let fd = sys::fd::open_root(&leg.path)?;
+            let fd = sys::fd::open_root(&leg.path())?;
             let st = sys::fd::fstat(std::os::fd::AsFd::as_fd(&fd))?;
             root_ids.push(Identity {
                 leg: leg.idx,
@@ -265,7 +265,7 @@ impl MirrorFs {
     fn leg_relpath(&self, inode: &InodeRef) -> Option<Vec<u8>> {
         let leg = self.mirror.metadata_leg();
         let p = sys::fd::path_of(inode.fd(leg).ok()?.as_fd()).ok()?;
-        let rel = p.strip_prefix(&self.mirror.leg(leg).path).ok()?;
+        let rel = p.strip_prefix(self.mirror.leg(leg).path()).ok()?;
         let bytes = rel.as_os_str().as_bytes();
         if bytes.ends_with(b" (deleted)") {
             return None;
@@ -353,7 +353,7 @@ impl MirrorFs {
                 .mirror
                 .leg(leg)
                 .root()
-                .and_then(|r| sys::fd::statvfs(r))
+                .and_then(|r| sys::fd::statvfs(r.as_fd()))
             {
                 Ok(st) => st,
                 Err(e) if is_leg_fault(e) => {

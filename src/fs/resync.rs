@@ -130,10 +130,8 @@ impl MirrorFs {
     /// paths were checked.
     pub fn recover_after_crash(&self) -> Result<usize> {
         let legs = self.mirror.in_sync_legs();
-        let roots: Vec<&std::path::Path> = legs
-            .iter()
-            .map(|&l| self.mirror.leg(l).path.as_path())
-            .collect();
+        let paths: Vec<PathBuf> = legs.iter().map(|&l| self.mirror.leg(l).path()).collect();
+        let roots: Vec<&std::path::Path> = paths.iter().map(PathBuf::as_path).collect();
         let paths = to_paths(ChangeLog::read_intent(&roots));
         let Some((&source, rest)) = legs.split_first() else {
             return Ok(0);
@@ -142,12 +140,13 @@ impl MirrorFs {
         let opts = tree_options(self.config.hide_lost_found);
         for &l in rest {
             let ctl = Control::new(None);
-            let r = tree::sync_paths(src, self.mirror.leg(l).root()?, &paths, &opts, &ctl)?;
+            let dst = self.mirror.leg(l).root()?;
+            let r = tree::sync_paths(src.as_fd(), dst.as_fd(), &paths, &opts, &ctl)?;
             log::warn!(
                 "after the crash: {} path(s) from the write-intent log checked on '{}': {} \
                  created, {} updated, {} removed",
                 paths.len(),
-                self.mirror.leg(l).path.display(),
+                self.mirror.leg(l).path().display(),
                 r.created,
                 r.updated,
                 r.removed
@@ -183,9 +182,9 @@ impl MirrorFs {
         let id = self.mirror.leg_id(target).ok_or(Errno::EINVAL)?;
         let root = leg.open_root()?;
         // The leg must be this member, or empty: never overwrite someone else's data.
-        match crate::meta::superblock::LegSuperblock::read(&leg.path) {
+        match crate::meta::superblock::LegSuperblock::read(&leg.path()) {
             Ok(Some(sb)) if sb.leg_id == id => {}
-            Ok(None) if sys::dir::read_dir(root)?.is_empty() => {}
+            Ok(None) if sys::dir::read_dir(root.as_fd())?.is_empty() => {}
             _ => return Err(Errno::EINVAL),
         }
         let source = self.mirror.metadata_leg();
@@ -196,9 +195,9 @@ impl MirrorFs {
         let paths = if full {
             None
         } else {
-            ChangeLog::read_away(&self.mirror.leg(source).path, &id).map(|mut away| {
+            ChangeLog::read_away(&self.mirror.leg(source).path(), &id).map(|mut away| {
                 // The source's intent log: changes of the last second before a crash.
-                away.extend(ChangeLog::read_intent(&[&self.mirror.leg(source).path]));
+                away.extend(ChangeLog::read_intent(&[&self.mirror.leg(source).path()]));
                 away
             })
         };
@@ -223,9 +222,9 @@ impl MirrorFs {
         log::warn!(
             "resync of leg {} ('{}') started ({} from '{}')",
             target,
-            leg.path.display(),
+            leg.path().display(),
             job.mode,
-            self.mirror.leg(source).path.display()
+            self.mirror.leg(source).path().display()
         );
         let fs = self.clone();
         std::thread::Builder::new()
@@ -251,7 +250,7 @@ impl MirrorFs {
                 log::warn!(
                     "resync of leg {} ('{}') finished: the leg is in sync again",
                     target,
-                    leg.path.display()
+                    leg.path().display()
                 );
                 job.progress.set_phase(Phase::Done);
                 "finished".to_string()
@@ -267,7 +266,7 @@ impl MirrorFs {
                 log::error!(
                     "resync of leg {} ('{}') {}: {e}; it stays out of the mirror",
                     target,
-                    leg.path.display(),
+                    leg.path().display(),
                     if cancelled { "cancelled" } else { "failed" }
                 );
                 if cancelled {
@@ -288,8 +287,9 @@ impl MirrorFs {
         paths: Option<Vec<Vec<u8>>>,
     ) -> Result<()> {
         let target = job.target;
-        let src = self.mirror.leg(source).root()?;
-        let dst = self.mirror.leg(target).root()?;
+        let src_root = self.mirror.leg(source).root()?;
+        let dst_root = self.mirror.leg(target).root()?;
+        let (src, dst) = (src_root.as_fd(), dst_root.as_fd());
         let opts = tree_options(self.config.hide_lost_found);
         let speed = || match self.recovery.speed_max.load(Ordering::Relaxed) {
             0 => None,
@@ -346,8 +346,7 @@ impl MirrorFs {
                 ..ctl.clone()
             },
         )?)?;
-        let d = sys::fd::reopen(dst, libc::O_RDONLY | libc::O_DIRECTORY)?;
-        sys::fd::syncfs(d.as_fd())?;
+        self.mirror.leg(target).flush()?;
         self.attach_leg(target)?;
         self.mirror.join_leg(target, id);
         Ok(())
@@ -357,7 +356,8 @@ impl MirrorFs {
     /// as the metadata leg now). Called with every change held off.
     fn attach_leg(&self, target: LegIdx) -> Result<()> {
         let leg = self.mirror.leg(target);
-        let root = sys::fd::reopen(leg.root()?, libc::O_PATH | libc::O_DIRECTORY)?;
+        let leg_root = leg.root()?;
+        let root = sys::fd::reopen(leg_root.as_fd(), libc::O_PATH | libc::O_DIRECTORY)?;
         let report = self.inodes.attach_leg(target, root, |inode| {
             let Some(rel) = self.leg_relpath(inode) else {
                 return Ok(None);
@@ -365,16 +365,19 @@ impl MirrorFs {
             if rel == b"." {
                 return Ok(None);
             }
-            open_beneath(leg.root()?, &rel)
+            open_beneath(leg_root.as_fd(), &rel)
         })?;
+        // Open files: a descriptor on the leg's new copy (an old one, from before the leg
+        // left, may name a file the resync replaced).
         for h in self.handles.open_files() {
-            if h.fd(target).is_ok() || !h.inode.has_leg(target) {
+            if !h.inode.has_leg(target) {
+                h.attach(target, None);
                 continue;
             }
             let path_fd = h.inode.fd(target)?;
-            let (fd, direct) =
+            let opened =
                 super::data::open_maybe_direct(h.flags, |f| sys::fd::reopen(path_fd.as_fd(), f))?;
-            h.attach(target, fd, direct);
+            h.attach(target, Some(opened));
         }
         log::info!(
             "leg {target} attached to {} live object(s) ({} deleted while open left without it)",

@@ -14,6 +14,7 @@ use crate::leg::LegIdx;
 use crate::stats::ScanStats;
 use crate::tree::{self, Control, Difference, EntryHook, Progress, Repair, Throttle};
 use parking_lot::Mutex;
+use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
@@ -156,11 +157,12 @@ impl MirrorFs {
 
     fn run_scrub(self: &Arc<Self>, job: &Arc<ScrubJob>, repair: Repair) {
         let r = (|| -> Result<tree::ScrubReport> {
-            let fds = job
+            let roots = job
                 .legs
                 .iter()
                 .map(|&l| self.mirror.leg(l).root())
                 .collect::<Result<Vec<_>>>()?;
+            let fds: Vec<_> = roots.iter().map(|r| r.as_fd()).collect();
             let speed = match self.recovery.speed_max.load(Ordering::Relaxed) {
                 0 => None,
                 n => Some(n),

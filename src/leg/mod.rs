@@ -11,7 +11,7 @@ use crate::sys;
 use device::{LegDevice, RotationalSource};
 use parking_lot::Mutex;
 use spec::LegSpec;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
@@ -57,10 +57,11 @@ pub struct Leg {
     /// The leg's name in stats and in `read_policy=leg:NAME` (`=name=LABEL`, else `legN`).
     pub name: String,
     /// The path given by the user (canonical).
-    pub path: PathBuf,
+    path: parking_lot::RwLock<PathBuf>,
     /// `O_PATH` descriptor of the leg's root directory.
-    /// Set once: a leg that was not there at mount gets it when it is resynced.
-    root: std::sync::OnceLock<OwnedFd>,
+    /// The leg root's `O_PATH` descriptor: none for a leg that was not there at mount (it gets
+    /// one when it is resynced); a `mirrorfs leg replace` changes it.
+    root: parking_lot::RwLock<Option<std::sync::Arc<OwnedFd>>>,
     /// Device of the leg root.
     pub dev: u64,
     /// The block device under the leg, if any.
@@ -205,14 +206,11 @@ impl Leg {
             (None, Some(r)) => (r, RotationalSource::Sysfs),
             (None, None) => (false, RotationalSource::Unknown),
         };
-        let root_cell = std::sync::OnceLock::new();
-        if let Some(r) = root {
-            let _ = root_cell.set(r);
-        }
+        let root_cell = parking_lot::RwLock::new(root.map(std::sync::Arc::new));
         Leg {
             idx,
             name: spec.name.clone().unwrap_or_else(|| format!("leg{idx}")),
-            path: path.to_path_buf(),
+            path: parking_lot::RwLock::new(path.to_path_buf()),
             root: root_cell,
             dev,
             device,
@@ -236,22 +234,47 @@ impl Leg {
         Leg::open(idx, path, &LegSpec::default())
     }
 
-    /// The leg root's descriptor; ENODEV for a leg that is not there.
-    pub fn root(&self) -> Result<BorrowedFd<'_>> {
-        self.root
-            .get()
-            .map(|r| r.as_fd())
-            .ok_or(crate::errno::Errno::ENODEV)
+    /// The leg's directory (canonical); a `mirrorfs leg replace` changes it.
+    pub fn path(&self) -> PathBuf {
+        self.path.read().clone()
     }
 
-    /// Gives a leg that had none its root descriptor (when it is resynced); opens it from
-    /// the leg's path. Returns it.
-    pub fn open_root(&self) -> Result<BorrowedFd<'_>> {
-        if self.root.get().is_none() {
-            let fd = sys::fd::open_root(&self.path)?;
-            let _ = self.root.set(fd);
+    /// The leg root's descriptor; ENODEV for a leg that is not there.
+    pub fn root(&self) -> Result<std::sync::Arc<OwnedFd>> {
+        self.root.read().clone().ok_or(crate::errno::Errno::ENODEV)
+    }
+
+    /// Gives a leg that had none its root descriptor (when it is resynced), opened from the
+    /// leg's path. Returns it.
+    pub fn open_root(&self) -> Result<std::sync::Arc<OwnedFd>> {
+        let mut root = self.root.write();
+        if let Some(r) = root.as_ref() {
+            return Ok(r.clone());
         }
-        self.root()
+        let fd = std::sync::Arc::new(sys::fd::open_root(&self.path())?);
+        *root = Some(fd.clone());
+        Ok(fd)
+    }
+
+    /// Flushes the leg's whole filesystem to stable storage (`syncfs`).
+    pub fn flush(&self) -> Result<()> {
+        // syncfs refuses O_PATH descriptors: open the root for reading.
+        let root = self.root()?;
+        let d = sys::fd::reopen(root.as_fd(), libc::O_RDONLY | libc::O_DIRECTORY)?;
+        sys::fd::syncfs(d.as_fd())
+    }
+
+    /// Points the leg at another directory (`mirrorfs leg replace`): its root is opened
+    /// there. Only for a leg that takes part in nothing (failed, missing, stale).
+    pub(crate) fn move_to(&self, path: &Path) -> Result<()> {
+        let fd = std::sync::Arc::new(sys::fd::open_root(path)?);
+        *self.root.write() = Some(fd);
+        *self.path.write() = path.to_path_buf();
+        *self.free.lock() = FreeSpace {
+            measured: None,
+            avail: 0,
+        };
+        Ok(())
     }
 
     /// Sets the leg's state (resync and leg management).
@@ -326,7 +349,7 @@ impl Leg {
 
     /// The filesystem's size and the bytes available now (measured).
     pub fn space(&self) -> Result<(u64, u64)> {
-        let st = sys::fd::statvfs(self.root()?)?;
+        let st = sys::fd::statvfs(self.root()?.as_fd())?;
         let frsize = st.f_frsize as u64;
         let (total, avail) = (st.f_blocks as u64 * frsize, st.f_bavail as u64 * frsize);
         let mut f = self.free.lock();

@@ -134,8 +134,8 @@ struct Inner {
 
 /// The change records of one mounted mirror.
 pub struct ChangeLog {
-    /// Leg roots, by leg index.
-    roots: Vec<PathBuf>,
+    /// Leg roots, by leg index (a `mirrorfs leg replace` changes one).
+    roots: parking_lot::RwLock<Vec<PathBuf>>,
     /// Whether the write-intent log is kept (`write_intent=off` turns it off).
     intent: bool,
     inner: Mutex<Inner>,
@@ -149,13 +149,22 @@ pub struct Sweep {
 impl ChangeLog {
     pub fn new(roots: Vec<PathBuf>, intent: bool) -> ChangeLog {
         ChangeLog {
-            roots,
+            roots: parking_lot::RwLock::new(roots),
             intent,
             inner: Mutex::new(Inner {
                 dirty: HashMap::new(),
                 away: Vec::new(),
             }),
         }
+    }
+
+    fn root(&self, leg: usize) -> PathBuf {
+        self.roots.read()[leg].clone()
+    }
+
+    /// Leg `leg` lives at `path` from now on (`mirrorfs leg replace`).
+    pub fn set_root(&self, leg: usize, path: PathBuf) {
+        self.roots.write()[leg] = path;
     }
 
     pub fn intent_enabled(&self) -> bool {
@@ -256,7 +265,7 @@ impl ChangeLog {
         let failed: Vec<(usize, std::io::Error)> = legs
             .iter()
             .filter_map(|&l| {
-                append(&log_path(&self.roots[l], INTENT_LOG), &[&p], true)
+                append(&log_path(&self.root(l), INTENT_LOG), &[&p], true)
                     .err()
                     .map(|e| (l, e))
             })
@@ -284,11 +293,11 @@ impl ChangeLog {
             let records: Vec<&[u8]> = fresh.iter().map(Vec::as_slice).collect();
             let name = away_log_name(&a.leg_id);
             for &l in legs {
-                if let Err(e) = append(&log_path(&self.roots[l], &name), &records, true) {
+                if let Err(e) = append(&log_path(&self.root(l), &name), &records, true) {
                     log::error!(
                         "cannot write the away log of {} on '{}': {e}",
                         a.leg_id,
-                        self.roots[l].display()
+                        self.root(l).display()
                     );
                 }
             }
@@ -322,7 +331,7 @@ impl ChangeLog {
         self.inner.lock().away.retain(|a| a.leg_id != leg_id);
         let name = away_log_name(leg_id);
         for &l in legs {
-            let p = log_path(&self.roots[l], &name);
+            let p = log_path(&self.root(l), &name);
             if let Err(e) = std::fs::remove_file(&p) {
                 if e.kind() != std::io::ErrorKind::NotFound {
                     log::error!("cannot remove '{}': {e}", p.display());
@@ -369,10 +378,10 @@ impl ChangeLog {
         }
         let left: Vec<&[u8]> = inner.dirty.values().map(|d| d.path.as_slice()).collect();
         for &l in legs {
-            if let Err(e) = rewrite(&log_path(&self.roots[l], INTENT_LOG), &left) {
+            if let Err(e) = rewrite(&log_path(&self.root(l), INTENT_LOG), &left) {
                 log::error!(
                     "cannot rewrite the intent log on '{}': {e}",
-                    self.roots[l].display()
+                    self.root(l).display()
                 );
             }
         }
@@ -386,10 +395,10 @@ impl ChangeLog {
         let inner = self.inner.lock();
         let now: Vec<&[u8]> = inner.dirty.values().map(|d| d.path.as_slice()).collect();
         for &l in legs {
-            if let Err(e) = rewrite(&log_path(&self.roots[l], INTENT_LOG), &now) {
+            if let Err(e) = rewrite(&log_path(&self.root(l), INTENT_LOG), &now) {
                 log::error!(
                     "cannot write the intent log on '{}': {e}",
-                    self.roots[l].display()
+                    self.root(l).display()
                 );
             }
         }
@@ -401,10 +410,10 @@ impl ChangeLog {
         let mut inner = self.inner.lock();
         inner.dirty.clear();
         for &l in legs {
-            if let Err(e) = rewrite(&log_path(&self.roots[l], INTENT_LOG), &[]) {
+            if let Err(e) = rewrite(&log_path(&self.root(l), INTENT_LOG), &[]) {
                 log::error!(
                     "cannot empty the intent log on '{}': {e}",
-                    self.roots[l].display()
+                    self.root(l).display()
                 );
             }
         }

@@ -75,7 +75,10 @@ impl Mirror {
         write_intent: bool,
     ) -> Mirror {
         let workers = LegWorkers::new(legs.len(), threads_per_leg);
-        let changes = ChangeLog::new(legs.iter().map(|l| l.path.clone()).collect(), write_intent);
+        let changes = ChangeLog::new(
+            legs.iter().map(|l| l.path().clone()).collect(),
+            write_intent,
+        );
         // Members not here or not in sync from the start: record what changes meanwhile.
         let members: Vec<String> = superblocks
             .iter()
@@ -150,7 +153,7 @@ impl Mirror {
                 log::info!(
                     "leg {} ('{}'): {need} more bytes would cross the {reserve}-byte reserve: ENOSPC",
                     l,
-                    leg.path.display()
+                    leg.path().display()
                 );
                 return Err(Errno::ENOSPC);
             }
@@ -230,7 +233,7 @@ impl Mirror {
             log::error!(
                 "leg {} ('{}'): {what} failed ({why:?}), but it is the last in-sync leg; keeping it",
                 leg,
-                self.legs[leg].path.display()
+                self.legs[leg].path().display()
             );
             return;
         }
@@ -244,7 +247,7 @@ impl Mirror {
             "DEGRADED: leg {} ('{}') dropped from the mirror: {what} failed ({why:?}); \
              serving from {} other leg(s)",
             leg,
-            self.legs[leg].path.display(),
+            self.legs[leg].path().display(),
             survivors.len()
         );
         self.record_dropped_legs();
@@ -294,12 +297,8 @@ impl Mirror {
             return;
         }
         for &l in &legs {
-            let r = self.legs[l]
-                .root()
-                .and_then(|r| crate::sys::fd::reopen(r, libc::O_RDONLY | libc::O_DIRECTORY))
-                .and_then(|d| crate::sys::fd::syncfs(std::os::fd::AsFd::as_fd(&d)));
-            if let Err(e) = r {
-                log::error!("cannot flush '{}': {e}", self.legs[l].path.display());
+            if let Err(e) = self.legs[l].flush() {
+                log::error!("cannot flush '{}': {e}", self.legs[l].path().display());
                 return;
             }
         }
@@ -330,16 +329,78 @@ impl Mirror {
                 sb.failed_legs.retain(|x| x != id);
                 sb.events = events;
                 sb.clean = false;
-                if let Err(e) = sb.write(&self.legs[l].path) {
+                if let Err(e) = sb.write(&self.legs[l].path()) {
                     log::error!(
                         "cannot write the superblock of '{}': {e}",
-                        self.legs[l].path.display()
+                        self.legs[l].path().display()
                     );
                 }
             }
         }
         self.changes.end_away(id, &legs);
         self.changes.rewrite_intent(&[target]);
+    }
+
+    /// Puts a new, empty directory in the place of member `leg` (`mirrorfs leg replace`): a
+    /// new member id takes the slot, recorded as behind by every in-sync leg, with a
+    /// superblock of its own; the old member is forgotten. The caller then resyncs it in
+    /// full. `new_path` is canonical and checked by the caller (empty, not another leg).
+    /// The leg must be out of the mirror already (EBUSY otherwise).
+    pub fn replace_member(&self, leg: LegIdx, new_path: &std::path::Path) -> Result<String> {
+        use crate::leg::LegState;
+        match self.legs[leg].state() {
+            LegState::Failed | LegState::Missing | LegState::Stale => {}
+            _ => return Err(Errno::EBUSY),
+        }
+        let old_id = self.leg_id(leg);
+        let new_id = crate::sys::random_hex_id();
+        let legs = self.in_sync_legs();
+        let mut sbs = self.superblocks.lock();
+        let template = legs
+            .iter()
+            .find_map(|&l| sbs[l].clone())
+            .ok_or(Errno::EIO)?;
+        let mut own = template;
+        own.leg_id = new_id.clone();
+        own.slot = leg;
+        own.events = 0;
+        own.clean = true;
+        own.failed_legs.clear();
+        if let Some(m) = own.members.get_mut(leg) {
+            *m = new_id.clone();
+        }
+        self.legs[leg].move_to(new_path)?;
+        own.write(new_path).map_err(Errno::from)?;
+        let events = sbs.iter().flatten().map(|s| s.events).max().unwrap_or(0) + 1;
+        for &l in &legs {
+            let Some(sb) = sbs[l].as_mut() else { continue };
+            if let Some(old) = &old_id {
+                sb.failed_legs.retain(|x| x != old);
+            }
+            sb.failed_legs.push(new_id.clone());
+            if let Some(m) = sb.members.get_mut(leg) {
+                *m = new_id.clone();
+            }
+            sb.events = events;
+            if let Err(e) = sb.write(&self.legs[l].path()) {
+                log::error!(
+                    "cannot write the superblock of '{}': {e}",
+                    self.legs[l].path().display()
+                );
+            }
+        }
+        sbs[leg] = Some(own);
+        drop(sbs);
+        if let Some(old) = &old_id {
+            self.changes.end_away(old, &legs);
+        }
+        self.changes.set_root(leg, new_path.to_path_buf());
+        self.legs[leg].set_state(LegState::Failed);
+        log::warn!(
+            "leg {leg} replaced by '{}' (new member {new_id}); it is filled by a full resync",
+            new_path.display()
+        );
+        Ok(new_id)
     }
 
     /// Forgets the member `leg` (out of the mirror already): the superblocks no longer list it
@@ -367,10 +428,10 @@ impl Mirror {
                 }
                 sb.leg_count = sb.leg_count.saturating_sub(1);
                 sb.events = events;
-                if let Err(e) = sb.write(&self.legs[l].path) {
+                if let Err(e) = sb.write(&self.legs[l].path()) {
                     log::error!(
                         "cannot write the superblock of '{}': {e}",
-                        self.legs[l].path.display()
+                        self.legs[l].path().display()
                     );
                 }
             }
@@ -380,7 +441,7 @@ impl Mirror {
         log::warn!(
             "leg {} ('{}') removed from the mirror",
             leg,
-            self.legs[leg].path.display()
+            self.legs[leg].path().display()
         );
         Ok(())
     }
@@ -416,13 +477,8 @@ impl Mirror {
         // a power loss after the unmount cannot leave the legs different under a clean flag.
         let legs = self.in_sync_legs();
         for &l in &legs {
-            // syncfs refuses O_PATH descriptors: open the root for reading.
-            let r = self.legs[l]
-                .root()
-                .and_then(|r| crate::sys::fd::reopen(r, libc::O_RDONLY | libc::O_DIRECTORY))
-                .and_then(|d| crate::sys::fd::syncfs(std::os::fd::AsFd::as_fd(&d)));
-            if let Err(e) = r {
-                log::error!("cannot flush '{}': {e}", self.legs[l].path.display());
+            if let Err(e) = self.legs[l].flush() {
+                log::error!("cannot flush '{}': {e}", self.legs[l].path().display());
                 // Not known to be on stable storage: leave the intent log and the flag as
                 // they are, so that the next mount checks the listed files.
                 self.write_superblocks(false);
@@ -467,7 +523,7 @@ impl Mirror {
                 }
             }
             sb.clean = clean;
-            let on_disk = LegSuperblock::read(&self.legs[s].path)
+            let on_disk = LegSuperblock::read(&self.legs[s].path())
                 .ok()
                 .flatten()
                 .is_some_and(|d| {
@@ -477,10 +533,10 @@ impl Mirror {
                 continue;
             }
             sb.events = events;
-            if let Err(e) = sb.write(&self.legs[s].path) {
+            if let Err(e) = sb.write(&self.legs[s].path()) {
                 log::error!(
                     "cannot write the superblock of '{}': {e}{}",
-                    self.legs[s].path.display(),
+                    self.legs[s].path().display(),
                     if clean { "" } else { "; will retry at unmount" }
                 );
             }
@@ -689,7 +745,7 @@ impl Mirror {
                         log::warn!(
                             "leg {} ('{}'): {what} of {len} bytes at {offset} of inode {} failed: {e}",
                             leg,
-                            self.legs[leg].path.display(),
+                            self.legs[leg].path().display(),
                             req.file
                         );
                         if !tried.contains(&leg) {
