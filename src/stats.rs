@@ -27,8 +27,12 @@ pub struct Stats {
     pub uptime_s: u64,
     /// Microseconds since the mount (for rates between two samples).
     pub uptime_us: u64,
+    /// Members of the mirror, counting those not given at mount.
     pub legs_total: usize,
     pub legs_online: usize,
+    /// Members not in the leg list at mount (`-o degraded`); they are not in `legs`.
+    #[serde(default)]
+    pub members_not_given: usize,
     pub legs: Vec<LegStats>,
     /// Resync progress, when a resync is running or has run since the mount.
     pub resync: Option<ScanStats>,
@@ -41,7 +45,8 @@ pub struct Stats {
 pub struct LegStats {
     pub name: String,
     pub path: String,
-    /// ONLINE (in sync) or FAULTED (dropped after an error; needs a resync).
+    /// ONLINE (in sync), FAULTED (dropped after an error), MISSING (not there at mount),
+    /// STALE (behind, waiting for its resync), RESYNCING, or REMOVED (`mirrorfs leg remove`).
     pub state: String,
     /// Effective rotational flag, and its source: sysfs, option, measured or unknown.
     pub rotational: bool,

@@ -188,6 +188,13 @@ fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), Stri
         .map_err(|e| fail(&mut ready, format!("cannot open the legs: {e}")))?
         .shared();
     fs.set_resync_speed_max(p.config.resync_speed_max);
+    fs.mirror().set_unlisted_members(p.plan.unlisted_members);
+    if p.plan.unlisted_members > 0 {
+        log::error!(
+            "DEGRADED: {} member(s) of the mirror were not given at mount",
+            p.plan.unlisted_members
+        );
+    }
     if p.plan.crashed {
         // Before serving: the files being written at the crash are made identical.
         match fs.recover_after_crash() {

@@ -38,17 +38,33 @@ pub fn human_duration(s: u64) -> String {
 pub fn scan_line(kind: &str, s: &ScanStats) -> String {
     let pct = s.percent();
     match s.state.as_str() {
-        "running" => format!(
-            "{kind} in progress onto {} for {}: {} of {} ({} of {} entries), {pct:.1}% done, {}/s, {} to go",
-            s.legs.join(", "),
-            human_duration(s.elapsed_s),
-            human_bytes(s.done_bytes),
-            human_bytes(s.total_bytes),
-            s.done_entries,
-            s.total_entries,
-            human_bytes(s.rate),
-            s.eta_s.map(human_duration).unwrap_or_else(|| "unknown".into()),
-        ),
+        "running" => {
+            let done = if s.total_bytes > 0 {
+                format!(
+                    "{} of {} ({} of {} entries)",
+                    human_bytes(s.done_bytes),
+                    human_bytes(s.total_bytes),
+                    s.done_entries,
+                    s.total_entries
+                )
+            } else {
+                format!(
+                    "{} of {} entries ({} copied)",
+                    s.done_entries,
+                    s.total_entries,
+                    human_bytes(s.done_bytes)
+                )
+            };
+            format!(
+                "{kind} in progress on {} for {}: {done}, {pct:.1}% done, {}/s, {} to go",
+                s.legs.join(", "),
+                human_duration(s.elapsed_s),
+                human_bytes(s.rate),
+                s.eta_s
+                    .map(human_duration)
+                    .unwrap_or_else(|| "unknown".into()),
+            )
+        }
         state => format!(
             "{kind} {state} after {}: {} in {} entries, {} differences, {} repaired, {} errors",
             human_duration(s.elapsed_s),
@@ -72,10 +88,10 @@ pub fn render(st: &Stats) -> String {
     let _ = writeln!(o, "  mount: {}", st.mount);
     let _ = writeln!(o, "  state: {}", st.state);
     if st.state != "ONLINE" {
-        let down: Vec<String> = st
+        let mut down: Vec<String> = st
             .legs
             .iter()
-            .filter(|l| l.state != "ONLINE")
+            .filter(|l| l.state != "ONLINE" && l.state != "REMOVED")
             .map(|l| {
                 let why = match l.state.as_str() {
                     "FAULTED" => "dropped after errors",
@@ -87,6 +103,12 @@ pub fn render(st: &Stats) -> String {
                 format!("{} ({why})", l.name)
             })
             .collect();
+        if st.members_not_given > 0 {
+            down.push(format!(
+                "{} member(s) not given at mount",
+                st.members_not_given
+            ));
+        }
         let _ = writeln!(
             o,
             " status: {} of {} legs online; {}. The data is served from the others.",
@@ -94,9 +116,15 @@ pub fn render(st: &Stats) -> String {
             st.legs_total,
             down.join(", ")
         );
+        let resyncing = st.legs.iter().any(|l| l.state == "RESYNCING");
         let _ = writeln!(
             o,
-            " action: find the cause in the system log (journalctl -t mirrorfs), fix or replace the leg, and resync it (docs/operations.md)."
+            " action: {}",
+            if resyncing {
+                "wait for the resync to finish (see scan); nothing to do."
+            } else {
+                "find the cause in the system log (journalctl -t mirrorfs), fix or replace the leg, then 'mirrorfs leg add' or 'mirrorfs leg replace' (docs/operations.md)."
+            }
         );
     } else if errors > 0 {
         let _ = writeln!(

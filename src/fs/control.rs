@@ -387,9 +387,16 @@ impl MirrorFs {
     /// ONLINE, DEGRADED or FAULTED.
     pub fn mount_state(&self) -> &'static str {
         let online = self.mirror.in_sync_legs().len();
+        let members = self
+            .mirror
+            .legs()
+            .iter()
+            .filter(|l| l.state() != crate::leg::LegState::Removed)
+            .count()
+            + self.mirror.unlisted_members();
         if online == 0 {
             "FAULTED"
-        } else if online < self.mirror.legs().len() {
+        } else if online < members {
             "DEGRADED"
         } else {
             "ONLINE"
@@ -452,7 +459,8 @@ impl MirrorFs {
             read_policy: self.mirror.policy_name(),
             uptime_s: up.as_secs(),
             uptime_us: up.as_micros() as u64,
-            legs_total: legs.len(),
+            legs_total: legs.len() + self.mirror.unlisted_members(),
+            members_not_given: self.mirror.unlisted_members(),
             legs_online: self.mirror.in_sync_legs().len(),
             legs,
             resync: self

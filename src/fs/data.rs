@@ -159,8 +159,9 @@ impl MirrorFs {
         Ok((entry, fh))
     }
 
-    /// Reads from the one leg the read policy picks; an I/O error there is retried on another
-    /// in-sync leg (and the failing leg dropped).
+    /// Reads where the read policy says (one leg, or pieces on several in parallel). An I/O
+    /// error there is answered from another in-sync leg and the range repaired on the failing
+    /// one (see [`Self::repair_range`]).
     pub fn read(&self, fh: u64, offset: u64, size: u32, pid: u32) -> Result<ReadData> {
         if fh == super::control::CONTROL_FH {
             return Ok(ReadData::Plain(Vec::new()));

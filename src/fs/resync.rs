@@ -181,10 +181,12 @@ impl MirrorFs {
         }
         let id = self.mirror.leg_id(target).ok_or(Errno::EINVAL)?;
         let root = leg.open_root()?;
-        // The leg must be this member, or empty: never overwrite someone else's data.
+        // The leg must be this member, or empty: never overwrite someone else's data. An
+        // empty one (a new disk in the old one's place) has no history: it is filled in full.
+        let mut full = full;
         match crate::meta::superblock::LegSuperblock::read(&leg.path()) {
             Ok(Some(sb)) if sb.leg_id == id => {}
-            Ok(None) if sys::dir::read_dir(root.as_fd())?.is_empty() => {}
+            Ok(None) if sys::dir::read_dir(root.as_fd())?.is_empty() => full = true,
             _ => return Err(Errno::EINVAL),
         }
         let source = self.mirror.metadata_leg();
@@ -229,7 +231,10 @@ impl MirrorFs {
         let fs = self.clone();
         std::thread::Builder::new()
             .name("resync".into())
-            .spawn(move || fs.run_resync(&job, source, &id, paths))
+            .spawn(move || {
+                fs.run_resync(&job, source, &id, paths);
+                fs.resync_next_stale();
+            })
             .map_err(|_| Errno::EAGAIN)?;
         Ok(())
     }
@@ -277,6 +282,25 @@ impl MirrorFs {
             }
         };
         *job.state.lock() = outcome;
+    }
+
+    /// Starts the resync of the next stale leg, if any (several legs that came back are
+    /// resynced one after the other).
+    fn resync_next_stale(self: &Arc<Self>) {
+        if self.mirror.is_stopping() {
+            return;
+        }
+        let next = self
+            .mirror
+            .legs()
+            .iter()
+            .find(|l| l.state() == LegState::Stale)
+            .map(|l| l.idx);
+        if let Some(l) = next {
+            if let Err(e) = self.start_resync(l, false) {
+                log::error!("cannot start the resync of leg {l}: {e}");
+            }
+        }
     }
 
     fn resync_passes(

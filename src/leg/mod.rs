@@ -74,6 +74,9 @@ pub struct Leg {
     state: AtomicU8,
     /// Our own reads and writes on this leg that are picked or running and not finished.
     pub inflight: AtomicU32,
+    /// Read errors since the mount (the budget of `MAX_READ_ERRORS`; not reset by
+    /// `stats_reset`).
+    pub read_faults: AtomicU64,
     pub counters: LegCounters,
     /// What completed reads taught us: service times, and where the last read ended.
     reads: Mutex<ReadHistory>,
@@ -219,6 +222,7 @@ impl Leg {
             writemostly: spec.writemostly,
             state: AtomicU8::new(state as u8),
             inflight: AtomicU32::new(0),
+            read_faults: AtomicU64::new(0),
             counters: LegCounters::default(),
             reads: Mutex::new(ReadHistory::default()),
             free: Mutex::new(FreeSpace {

@@ -41,6 +41,8 @@ pub struct ArrayPlan {
     pub is_new: bool,
     /// Some in-sync leg was not cleanly unmounted: the mirror crashed or lost power.
     pub crashed: bool,
+    /// Members of the mirror not in the leg list at all (only with `-o degraded`).
+    pub unlisted_members: usize,
     legs: Vec<PathBuf>,
 }
 
@@ -153,6 +155,7 @@ impl ArrayPlan {
                 states,
                 is_new: true,
                 crashed: false,
+                unlisted_members: 0,
                 legs: legs.to_vec(),
             });
         }
@@ -237,6 +240,11 @@ impl ArrayPlan {
             .filter(|m| !m.is_empty() && !given_ids.contains(&m.as_str()))
             .count();
         let absent_members = not_given.max(sb(newest).leg_count.saturating_sub(n));
+        let missing_in_list = states
+            .iter()
+            .filter(|s| matches!(s, PlannedLeg::Missing(_)))
+            .count();
+        let unlisted_members = absent_members.saturating_sub(missing_in_list);
         if !states.contains(&PlannedLeg::InSync) {
             return Err("no leg of the mirror is up to date and usable".into());
         }
@@ -264,6 +272,7 @@ impl ArrayPlan {
             states,
             is_new: false,
             crashed,
+            unlisted_members,
             legs: legs.to_vec(),
         })
     }

@@ -16,8 +16,7 @@ use outcome::{reconcile, DropReason};
 use parking_lot::{Mutex, RwLock};
 use std::sync::atomic::Ordering;
 
-/// Read errors a leg may return (since the mount or the last `stats_reset`) before it is
-/// dropped instead of repaired: md's `max_corr_read_errors` is 20 as well.
+/// Read errors a leg may return (since the mount) before it is dropped instead of repaired: md's `max_corr_read_errors` is 20 as well.
 pub const MAX_READ_ERRORS: u64 = 20;
 
 /// A piece of a read that failed on a leg with an I/O-class error.
@@ -64,6 +63,7 @@ pub struct Mirror {
     /// Every operation that changes the legs holds it shared; a leg joins the mirror (after
     /// its resync) holding it exclusively, so that no change is in flight that left it out.
     barrier: RwLock<()>,
+    unlisted: std::sync::atomic::AtomicUsize,
 }
 
 impl Mirror {
@@ -105,6 +105,7 @@ impl Mirror {
             changes,
             stopping: std::sync::atomic::AtomicBool::new(false),
             barrier: RwLock::new(()),
+            unlisted: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -454,8 +455,15 @@ impl Mirror {
         self.write_superblocks(false);
     }
 
-    /// At a clean unmount: every in-sync leg's superblock says clean, with the dropped legs
-    /// recorded and the event counter moved on.
+    /// Members of the mirror that were not in the leg list at mount (`-o degraded`).
+    pub fn set_unlisted_members(&self, n: usize) {
+        self.unlisted.store(n, Ordering::Relaxed);
+    }
+
+    pub fn unlisted_members(&self) -> usize {
+        self.unlisted.load(Ordering::Relaxed)
+    }
+
     /// Held (shared) by every operation that changes the legs, for its whole duration.
     pub fn barrier(&self) -> parking_lot::RwLockReadGuard<'_, ()> {
         self.barrier.read_recursive()
@@ -471,6 +479,9 @@ impl Mirror {
         self.stopping.load(Ordering::Acquire)
     }
 
+    /// At a clean unmount: background work stops, every in-sync leg is flushed, the intent
+    /// logs are emptied, and every in-sync leg's superblock says clean, with the dropped legs
+    /// recorded and the event counter moved on.
     pub fn mark_clean(&self) {
         self.stopping.store(true, Ordering::Release);
         // Clean means every leg holds the same data on stable storage: flush first, so that
@@ -500,13 +511,14 @@ impl Mirror {
         let failed: Vec<String> = self
             .legs
             .iter()
-            .filter(|l| !l.is_in_sync())
+            .filter(|l| !l.is_in_sync() && l.state() != crate::leg::LegState::Removed)
             .filter_map(|l| {
                 sbs[l.idx]
                     .as_ref()
                     .map(|s| s.leg_id.clone())
                     .or_else(|| members.get(l.idx).cloned())
             })
+            .filter(|id| !id.is_empty())
             .collect();
         if failed.is_empty() && !clean {
             return;
@@ -737,11 +749,12 @@ impl Mirror {
                 match r {
                     Ok(v) => out.push(v),
                     Err(e) if outcome::is_leg_fault(e) => {
-                        let errors = self.legs[leg]
+                        self.legs[leg]
                             .counters
                             .read_errors
-                            .fetch_add(1, Ordering::Relaxed)
-                            + 1;
+                            .fetch_add(1, Ordering::Relaxed);
+                        // Not the counter `stats_reset` zeroes: the budget is the leg's own.
+                        let errors = self.legs[leg].read_faults.fetch_add(1, Ordering::Relaxed) + 1;
                         log::warn!(
                             "leg {} ('{}'): {what} of {len} bytes at {offset} of inode {} failed: {e}",
                             leg,

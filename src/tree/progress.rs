@@ -54,6 +54,8 @@ pub struct Progress {
     pub errors: AtomicU64,
     phase: AtomicU8,
     start: parking_lot::Mutex<Option<(Instant, u64)>>,
+    /// When the run ended (done, cancelled or failed): elapsed time and rate stop there.
+    end: parking_lot::Mutex<Option<Instant>>,
 }
 
 impl Default for Progress {
@@ -97,6 +99,7 @@ impl Progress {
             errors: AtomicU64::new(0),
             phase: AtomicU8::new(0),
             start: parking_lot::Mutex::new(None),
+            end: parking_lot::Mutex::new(None),
         }
     }
 
@@ -118,10 +121,14 @@ impl Progress {
             .map(|d| d.as_secs())
             .unwrap_or(0);
         *self.start.lock() = Some((Instant::now(), unix));
+        *self.end.lock() = None;
         self.set_phase(Phase::Idle);
     }
 
     pub fn set_phase(&self, p: Phase) {
+        if matches!(p, Phase::Done | Phase::Cancelled | Phase::Failed) {
+            self.end.lock().get_or_insert_with(Instant::now);
+        }
         self.phase.store(p as u8, Ordering::Release);
     }
 
@@ -137,7 +144,10 @@ impl Progress {
     pub fn snapshot(&self) -> ProgressSnapshot {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let (elapsed, started_unix) = match *self.start.lock() {
-            Some((i, u)) => (i.elapsed().as_secs_f64(), u),
+            Some((i, u)) => {
+                let until = self.end.lock().unwrap_or_else(Instant::now);
+                (until.saturating_duration_since(i).as_secs_f64(), u)
+            }
             None => (0.0, 0),
         };
         let (ed, et, bd, bt) = (
