@@ -94,7 +94,7 @@ pub fn render(st: &Stats) -> String {
             .filter(|l| l.state != "ONLINE" && l.state != "REMOVED")
             .map(|l| {
                 let why = match l.state.as_str() {
-                    "FAULTED" => "dropped after errors",
+                    "FAULTED" => "dropped: errors, or mirrorfs leg fail",
                     "MISSING" => "not there at mount",
                     "STALE" => "behind the others, left alone",
                     "RESYNCING" => "being resynced",
