@@ -240,6 +240,7 @@ fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), Stri
                     break;
                 }
                 fs.mirror().sweep_changes();
+                fs.release_dropped_legs();
                 drop(fs);
                 std::thread::sleep(std::time::Duration::from_secs(1));
             }

@@ -156,7 +156,7 @@ impl MirrorFs {
             Key::Mount("resync_speed_max") => {
                 let v = std::str::from_utf8(value).map_err(|_| Errno::EINVAL)?;
                 let bytes = crate::config::parse_size(v).ok_or(Errno::EINVAL)?;
-                self.recovery.speed_max.store(bytes, Ordering::Relaxed);
+                self.set_resync_speed_max(bytes);
                 Ok(())
             }
             Key::Mount("scrub") => {

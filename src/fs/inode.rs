@@ -547,8 +547,12 @@ impl InodeTable {
         Ok(report)
     }
 
-    /// Drops every object's copy on `leg` (before it is attached afresh).
-    fn detach_leg(&self, leg: LegIdx) {
+    /// Drops every object's copy on `leg`, and the way to reopen them (before it is attached
+    /// afresh, or when the leg has left the mirror, so that its filesystem can be unmounted).
+    pub fn detach_leg(&self, leg: LegIdx) {
+        if let Some(cell) = self.cache.mount_fds.get(leg) {
+            *cell.write() = None;
+        }
         for inode in self.live_inodes() {
             let Some(cell) = inode.objects.get(leg) else {
                 continue;

@@ -51,11 +51,23 @@ pub struct ResyncJob {
 }
 
 /// State of the recovery machinery of one mount.
-#[derive(Default)]
 pub struct Recovery {
     pub resync: Mutex<Option<Arc<ResyncJob>>>,
     /// Bytes per second a resync or scrub may read or write; 0 = unlimited.
     pub speed_max: AtomicU64,
+    /// The one throttle resyncs and scrubs share, so that a new `resync_speed_max` applies
+    /// to a run that is going.
+    pub throttle: Arc<Throttle>,
+}
+
+impl Default for Recovery {
+    fn default() -> Self {
+        Recovery {
+            resync: Mutex::new(None),
+            speed_max: AtomicU64::new(0),
+            throttle: Arc::new(Throttle::new(None)),
+        }
+    }
 }
 
 /// The engine's options for this mount: `.mirrorfs` and a leg filesystem's own `lost+found`
@@ -158,6 +170,9 @@ impl MirrorFs {
     /// Sets the resync and scrub speed limit, bytes per second (0: unlimited).
     pub fn set_resync_speed_max(&self, bytes: u64) {
         self.recovery.speed_max.store(bytes, Ordering::Relaxed);
+        self.recovery
+            .throttle
+            .set_speed_max((bytes > 0).then_some(bytes));
     }
 
     /// The running or last resync.
@@ -239,6 +254,35 @@ impl MirrorFs {
         Ok(())
     }
 
+    /// Lets go of every descriptor on legs that are out of the mirror (dropped, stale,
+    /// missing, removed), so that their filesystems can be unmounted, checked and mounted again
+    /// while the mirror serves; `mirrorfs leg add` opens the leg afresh from its path. Called
+    /// by the background sweep.
+    pub fn release_dropped_legs(&self) {
+        // Serialised with start_resync, which takes the leg back.
+        let _slot = self.recovery.resync.lock();
+        for leg in self.mirror.legs() {
+            if !matches!(
+                leg.state(),
+                LegState::Failed | LegState::Stale | LegState::Missing | LegState::Removed
+            ) || leg.root().is_err()
+            {
+                continue;
+            }
+            self.inodes.detach_leg(leg.idx);
+            for h in self.handles.open_files() {
+                h.attach(leg.idx, None);
+            }
+            if leg.close_root() {
+                log::info!(
+                    "leg {} ('{}') is out of the mirror: its descriptors are closed",
+                    leg.idx,
+                    leg.path().display()
+                );
+            }
+        }
+    }
+
     /// Cancels the running resync, if any (unmount, `mirrorfs leg fail`).
     pub fn cancel_resync(&self) {
         if let Some(j) = self.recovery.resync.lock().as_ref() {
@@ -315,14 +359,11 @@ impl MirrorFs {
         let dst_root = self.mirror.leg(target).root()?;
         let (src, dst) = (src_root.as_fd(), dst_root.as_fd());
         let opts = tree_options(self.config.hide_lost_found);
-        let speed = || match self.recovery.speed_max.load(Ordering::Relaxed) {
-            0 => None,
-            n => Some(n),
-        };
+
         let ctl = Control {
             progress: job.progress.clone(),
             cancel: job.cancel.clone(),
-            throttle: Arc::new(Throttle::new(speed())),
+            throttle: self.recovery.throttle.clone(),
             hook: Arc::new(tree::NoHook),
         };
         let check = |r: tree::SyncReport| -> Result<()> {

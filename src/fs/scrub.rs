@@ -12,7 +12,7 @@ use super::MirrorFs;
 use crate::errno::{Errno, Result};
 use crate::leg::LegIdx;
 use crate::stats::ScanStats;
-use crate::tree::{self, Control, Difference, EntryHook, Progress, Repair, Throttle};
+use crate::tree::{self, Control, Difference, EntryHook, Progress, Repair};
 use parking_lot::Mutex;
 use std::os::fd::AsFd;
 use std::path::Path;
@@ -163,14 +163,11 @@ impl MirrorFs {
                 .map(|&l| self.mirror.leg(l).root())
                 .collect::<Result<Vec<_>>>()?;
             let fds: Vec<_> = roots.iter().map(|r| r.as_fd()).collect();
-            let speed = match self.recovery.speed_max.load(Ordering::Relaxed) {
-                0 => None,
-                n => Some(n),
-            };
+
             let ctl = Control {
                 progress: job.progress.clone(),
                 cancel: job.cancel.clone(),
-                throttle: Arc::new(Throttle::new(speed)),
+                throttle: self.recovery.throttle.clone(),
                 hook: Arc::new(ScrubHook {
                     fs: Arc::downgrade(self),
                     legs: job.legs.clone(),

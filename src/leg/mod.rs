@@ -260,6 +260,12 @@ impl Leg {
         Ok(fd)
     }
 
+    /// Closes the leg's root descriptor (a leg out of the mirror lets its filesystem go);
+    /// [`open_root`](Self::open_root) opens it again from the path.
+    pub(crate) fn close_root(&self) -> bool {
+        self.root.write().take().is_some()
+    }
+
     /// Flushes the leg's whole filesystem to stable storage (`syncfs`).
     pub fn flush(&self) -> Result<()> {
         // syncfs refuses O_PATH descriptors: open the root for reading.
