@@ -13,6 +13,8 @@
 #   make bench          the real benchmark (root): loop devices, cgroup v1 blkio throttles, btrfs
 #                       raid1 as the anchor, every policy; tables, CSV and SVG under bench/results
 #   make bench-smoke    the same rig on a tiny size, to check that it still runs
+#   make bench-resync   how long a full resync of N=10000 files / MB=2048 MiB takes (root)
+#   make bench-intent   the write-intent log's cost: fio jobs with write_intent=on against off
 #   make lint           cargo fmt --check and cargo clippy -D warnings
 #   make clean          cargo clean and the external checks' logs
 
@@ -30,7 +32,7 @@ export CARGO_TERM_COLOR := never
 CARGO_TEST_FLAGS ?= --no-fail-fast
 endif
 
-.PHONY: all build build-debug test test-unit test-external demo install lint clean sim bench bench-smoke
+.PHONY: all build build-debug test test-unit test-external demo install lint clean sim bench bench-smoke bench-resync bench-intent
 
 all: build
 
@@ -56,6 +58,12 @@ bench: build
 
 bench-smoke: build-debug
 	MIRRORFS=$(TEST_BIN) BENCH_SIZE=tiny bench/run.sh
+
+bench-resync: build
+	MIRRORFS=$(RELEASE_BIN) bench/resync.sh
+
+bench-intent: build
+	MIRRORFS=$(RELEASE_BIN) bench/intent.sh
 
 demo: build
 	@set -e; \
