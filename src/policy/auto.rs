@@ -22,9 +22,13 @@
 //! The decision:
 //!
 //! 1. Random reads (and the first read of a stream) go to the leg of least cost, at random
-//!    among exact ties. This spreads random reads over equal legs, and over a fast
-//!    and a slow leg in proportion to their speeds: the slow leg gets a read only when the
-//!    fast leg's queue makes it the quicker answer (spill-over once the fast leg saturates).
+//!    among exact ties, while that leg is idle. Once it is busy, a deep queue of random reads
+//!    is a question of throughput, not of one read's latency: they go by queue length over
+//!    every leg measured for that read size whose service time is within 16 times the
+//!    fastest (an SSD with a USB stick: the stick keeps a few reads in flight and adds its
+//!    whole speed; first measured with the cost rule alone, the stick got too few reads and
+//!    the pair stayed at the SSD's speed). Slower legs (a disk next to an SSD) get random
+//!    reads only when the cost says they answer sooner.
 //! 2. A sequential read stays on its stream's leg unless all of: the stream has read at least
 //!    the minimum run there, has been there for the dwell time, and another leg's cost, its
 //!    seek included, is lower by the hysteresis margin. Positional legs (measured seek >= 1 ms):
@@ -61,6 +65,13 @@ const SAME_SPEED: f64 = 1.3;
 /// Random reads: legs within this fraction of the least cost share the reads (0: exact ties
 /// only; a band sends reads to legs that are slightly worse, which costs throughput).
 const RANDOM_BAND: f64 = 0.0;
+/// Random reads go by queue length over every leg whose service time is within this factor
+/// of the fastest, once the fastest leg is busy: a deep queue of random reads is a throughput
+/// question, and a slower leg that keeps a few reads in flight adds its whole speed (an SSD
+/// with a USB stick: the stick is 8 times slower per read and adds its 50 MB/s). Legs slower
+/// than that (a disk next to an SSD: hundreds of times) get random reads by expected
+/// completion time only.
+const THROUGHPUT_RATIO: f64 = 16.0;
 
 /// Stickiness of a sequential stream on a positional leg and on others.
 struct Stickiness {
@@ -196,7 +207,32 @@ impl ReadPolicy for Auto {
             .filter(|_| s.sequential);
         let Some(cur) = cur else {
             let cost: Vec<f64> = (0..c.len()).map(|i| k.one(i, s.sequential)).collect();
-            return ReadPlan::One(c[pick_min_random(&cost, RANDOM_BAND, &self.ties)].idx);
+            let best = pick_min_random(&cost, RANDOM_BAND, &self.ties);
+            if !s.sequential && k.load[best] >= 1.0 {
+                let fastest = k.svc.iter().copied().fold(f64::INFINITY, f64::min);
+                // Only legs measured for reads of this size (a disk serving a stream has no
+                // small-read figure, and must not get random reads by queue length).
+                let measured = |l: &LegView| {
+                    if req.size <= super::SMALL_READ_MAX {
+                        l.small_read_us.is_some()
+                    } else {
+                        l.large_read_us.is_some()
+                    }
+                };
+                let queue: Vec<f64> = (0..c.len())
+                    .map(|i| {
+                        let eligible = i == best
+                            || (k.svc[i] <= fastest * THROUGHPUT_RATIO && measured(&c[i]));
+                        if eligible {
+                            k.load[i]
+                        } else {
+                            f64::INFINITY
+                        }
+                    })
+                    .collect();
+                return ReadPlan::One(c[pick_min_random(&queue, 0.0, &self.ties)].idx);
+            }
+            return ReadPlan::One(c[best].idx);
         };
         let stay = k.one(cur, true);
         if let Some((pieces, t)) = split(&c, &k, req) {
@@ -427,14 +463,25 @@ mod tests {
     }
 
     #[test]
-    fn random_reads_spill_to_the_slow_leg_only_when_the_fast_one_is_deep() {
+    fn random_reads_share_by_queue_once_the_fast_leg_is_busy() {
         let p = Auto::new();
+        // A stick 8 times slower per read than the SSD: it takes reads once the SSD has a
+        // queue, by queue length, and adds its speed instead of waiting for a deep SSD queue.
         let usb = |q| measured(1, q, 625, 52, 0);
-        for (ssd_q, usb_q, want) in [(0, 0, 0), (6, 0, 0), (8, 0, 1), (14, 1, 0), (20, 1, 1)] {
+        for (ssd_q, usb_q, want) in [(0, 0, 0), (1, 0, 1), (6, 0, 1), (6, 4, 1), (3, 5, 0)] {
             assert_eq!(
                 p.pick(&[ssd(0, ssd_q), usb(usb_q)], &req(0, 12345 << 15, 32768)),
                 ReadPlan::One(want),
                 "ssd {ssd_q} usb {usb_q}"
+            );
+        }
+        // A leg hundreds of times slower (a disk): only by expected completion time.
+        let disk = |q| measured(1, q, 8000, 150, 8000);
+        for (ssd_q, want) in [(6, 0), (80, 0), (120, 1)] {
+            assert_eq!(
+                p.pick(&[ssd(0, ssd_q), disk(0)], &req(0, 12345 << 15, 32768)),
+                ReadPlan::One(want),
+                "ssd {ssd_q} disk 0"
             );
         }
     }
