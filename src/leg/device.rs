@@ -3,7 +3,8 @@
 //!
 //! The leg's `st_dev` leads to `/sys/dev/block/MAJ:MIN`. A partition is resolved to its disk; a
 //! device-mapper or md device to its `slaves` (rotational if any slave rotates); a loop device
-//! to the device holding its backing file. A filesystem without a block device of its own
+//! keeps its own flag (the kernel derives it from the backing file's device; it may also have
+//! been set by hand), and only without one is the backing file's device asked. A filesystem without a block device of its own
 //! (btrfs, overlay) is looked up in `/proc/self/mountinfo` by its device number. Where none of
 //! this leads anywhere (tmpfs, FUSE), the answer is "unknown".
 
@@ -97,18 +98,17 @@ fn rotational_of(dir: &Path, depth: u32) -> Option<bool> {
             return Some(flags.iter().any(|&r| r));
         }
     }
-    if let Some(backing) = read_trimmed(&disk.join("loop/backing_file")) {
-        if let Ok(m) = std::fs::metadata(&backing) {
-            if let Some(r) = rotational_for_dev(m.dev(), depth + 1) {
-                return Some(r);
-            }
-        }
+    // A loop device's own flag first: the kernel sets it from the device under the backing
+    // file, and an administrator may have set it by hand (a test rig emulating a disk); only
+    // when it cannot be read is the backing file's device asked.
+    match read_trimmed(&disk.join("queue/rotational")).as_deref() {
+        Some("0") => return Some(false),
+        Some("1") => return Some(true),
+        _ => {}
     }
-    match read_trimmed(&disk.join("queue/rotational"))?.as_str() {
-        "0" => Some(false),
-        "1" => Some(true),
-        _ => None,
-    }
+    let backing = read_trimmed(&disk.join("loop/backing_file"))?;
+    let m = std::fs::metadata(backing).ok()?;
+    rotational_for_dev(m.dev(), depth + 1)
 }
 
 fn rotational_for_dev(dev: u64, depth: u32) -> Option<bool> {
