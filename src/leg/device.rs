@@ -1,12 +1,13 @@
 //! What the kernel knows of the block device under a leg: whether it rotates, and how many
 //! requests it has in flight.
 //!
-//! The leg's `st_dev` leads to `/sys/dev/block/MAJ:MIN`. A partition is resolved to its disk; a
-//! device-mapper or md device to its `slaves` (rotational if any slave rotates); a loop device
-//! keeps its own flag (the kernel derives it from the backing file's device; it may also have
-//! been set by hand), and only without one is the backing file's device asked. A filesystem without a block device of its own
-//! (btrfs, overlay) is looked up in `/proc/self/mountinfo` by its device number. Where none of
-//! this leads anywhere (tmpfs, FUSE), the answer is "unknown".
+//! The leg's `st_dev` leads to `/sys/dev/block/MAJ:MIN`. A partition is resolved to its disk;
+//! a device-mapper or md device to its `slaves` (rotational if any slave rotates); a loop
+//! device keeps its own flag (the kernel derives it from the backing file's device; it may
+//! also have been set by hand), and only without one is the backing file's device asked. A
+//! filesystem without a block device of its own (btrfs, overlay) is looked up in
+//! `/proc/self/mountinfo` by its device number. Where none of this leads anywhere (tmpfs,
+//! FUSE), the answer is "unknown".
 
 use parking_lot::Mutex;
 use std::os::unix::fs::{FileExt, MetadataExt};
