@@ -2279,3 +2279,117 @@ fn resync_speed_max_applies_to_a_running_resync() {
     assert_content_on_legs(m.legs(), "big", &big);
     m.finish();
 }
+
+// ---------------------------------------------------------------------------------------------
+// 11. A resync that fails halfway
+// ---------------------------------------------------------------------------------------------
+
+/// A tmpfs mounted for one test, unmounted when dropped (after the mirror that uses it).
+struct SmallTmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl SmallTmpfs {
+    fn new(size: &str) -> SmallTmpfs {
+        let dir = tempfile::tempdir().unwrap();
+        let out = run(
+            "mount",
+            &[
+                &"-t",
+                &"tmpfs",
+                &"-o",
+                &format!("size={size}"),
+                &"tmpfs",
+                &dir.path(),
+            ],
+            Duration::from_secs(30),
+        );
+        assert!(out.status.success(), "mount tmpfs: {}", text(&out.stderr));
+        SmallTmpfs { dir }
+    }
+
+    fn grow(&self, size: &str) {
+        let out = run(
+            "mount",
+            &[&"-o", &format!("remount,size={size}"), &self.dir.path()],
+            Duration::from_secs(30),
+        );
+        assert!(out.status.success(), "grow tmpfs: {}", text(&out.stderr));
+    }
+}
+
+impl Drop for SmallTmpfs {
+    fn drop(&mut self) {
+        let _ = run(
+            "umount",
+            &[&"-l", &self.dir.path()],
+            Duration::from_secs(30),
+        );
+    }
+}
+
+/// The target of a resync fails halfway (a replacement disk too small: ENOSPC): the resync
+/// ends as failed, the leg stays out (FAULTED), the mirror keeps serving every byte from the
+/// other leg, whose copy the engine never wrote; once the target has room, `leg add` resyncs it
+/// and the legs end identical.
+#[test]
+fn a_resync_that_fails_halfway_leaves_the_leg_out_and_the_data_whole() {
+    require_fuse!();
+    require_tool!("getfattr");
+    let small = SmallTmpfs::new("4m");
+    let mut m = TestMirror::new(2).mount();
+    let mnt = m.mnt().to_path_buf();
+    let data: Vec<Vec<u8>> = (0..8).map(|i| pattern(2 << 20, 200 + i)).collect();
+    for (i, d) in data.iter().enumerate() {
+        fs::write(mnt.join(format!("f{i}")), d).unwrap();
+    }
+    // The data only: the superblock and the change logs beside it move on, as they should.
+    let data_of = |leg: &Path| {
+        let mut t = snapshot_tree(leg);
+        t.retain(|k, _| !k.starts_with(".mirrorfs"));
+        t
+    };
+    let leg0_before = data_of(m.leg(0));
+    let target = small.dir.path().join("leg");
+    fs::create_dir(&target).unwrap();
+    mirrorfs_ok(&[&"leg", &"replace", &mnt, &"leg1", &target]);
+    // The resync fails (16 MiB do not fit in 4 MiB).
+    assert!(
+        wait_for(RESYNC_TIMEOUT, || stats(&mnt)
+            .resync
+            .is_some_and(|r| r.state.starts_with("failed"))),
+        "the resync did not fail: {:?}",
+        stats(&mnt)
+    );
+    let st = stats(&mnt);
+    assert_eq!(st.state, "DEGRADED", "{st:?}");
+    assert_eq!(st.legs[1].state, "FAULTED", "{st:?}");
+    let (code, report) = status(&mnt);
+    assert_eq!(code, Some(1), "{report}");
+    assert!(report.contains("resync failed"), "{report}");
+    // Every byte is still served, from leg0, whose copy the resync never wrote.
+    for (i, d) in data.iter().enumerate() {
+        assert_bytes_eq(
+            &fs::read(mnt.join(format!("f{i}"))).unwrap(),
+            d,
+            "through the mount",
+        );
+    }
+    assert_snapshot_eq(
+        &leg0_before,
+        &data_of(m.leg(0)),
+        "leg0 after the failed resync",
+    );
+    // Writes go on, to leg0 only.
+    fs::write(mnt.join("during"), b"written while leg1 is out").unwrap();
+    // Room on the target: added back, resynced, identical.
+    small.grow("64m");
+    mirrorfs_ok(&[&"leg", &"add", &mnt, &"leg1"]);
+    let st = wait_resynced(&mnt);
+    assert_eq!(st.legs_online, 2, "{st:?}");
+    let legs = vec![m.leg(0).to_path_buf(), target.clone()];
+    assert_legs_identical(&legs);
+    assert_content_on_legs(&legs, "during", b"written while leg1 is out");
+    m.unmount();
+    assert_legs_identical(&legs);
+}
