@@ -96,8 +96,6 @@ pub const SPLIT_MIN_RUN: u64 = 8 << 20;
 /// Smallest piece of a split read.
 pub const SPLIT_MIN_PIECE: u64 = 128 << 10;
 const SPLIT_GAIN_ENTER: f64 = 1.3;
-/// A confirmed stream probes legs with an unmeasured seek once per this many bytes.
-pub const PROBE_EVERY: u64 = 64 << 20;
 const SPLIT_GAIN_STAY: f64 = 1.1;
 
 pub struct Auto {
@@ -180,21 +178,6 @@ impl Costs {
         }
     }
 
-    /// The same costs, with no seek for the legs whose seek was never measured (a probe).
-    fn without_unmeasured_seek(&self, c: &[LegView]) -> Costs {
-        Costs {
-            svc: self.svc.clone(),
-            seek: self
-                .seek
-                .iter()
-                .zip(c)
-                .map(|(&s, l)| if l.seek_us.is_none() { 0.0 } else { s })
-                .collect(),
-            load: self.load.clone(),
-            continues: self.continues.clone(),
-        }
-    }
-
     /// Expected completion time of the whole read on leg `i`, µs.
     fn one(&self, i: usize, sequential: bool) -> f64 {
         let position = if sequential && !self.continues[i] {
@@ -252,25 +235,7 @@ impl ReadPolicy for Auto {
             return ReadPlan::One(c[best].idx);
         };
         let stay = k.one(cur, true);
-        // A seek probe: a leg that would pay a seek for a piece but whose seek was never
-        // measured carries only the prior (8 ms if marked rotational), which may forbid
-        // splitting on devices that have no seek at all. Once per PROBE_EVERY of a confirmed
-        // stream, and on the read after (so that the leg records a jump and then a contiguous
-        // read, which is what measures a seek), such legs count as seek-free for the split.
-        let unmeasured =
-            |l: &LegView| l.seek_us.is_none() && l.last_read_end != Some((req.file, req.offset));
-        let crosses =
-            s.run_bytes / PROBE_EVERY != (s.run_bytes + u64::from(req.size)) / PROBE_EVERY;
-        let probe =
-            s.run_bytes >= SPLIT_MIN_RUN && (crosses || s.split) && c.iter().any(unmeasured);
-        let probe_costs;
-        let ks = if probe {
-            probe_costs = k.without_unmeasured_seek(&c);
-            &probe_costs
-        } else {
-            &k
-        };
-        if let Some((pieces, t)) = split(&c, ks, req) {
+        if let Some((pieces, t)) = split(&c, &k, req) {
             let need = if s.split {
                 SPLIT_GAIN_STAY
             } else {
@@ -426,53 +391,6 @@ mod tests {
             },
             ..req(0, offset, size)
         }
-    }
-
-    #[test]
-    fn an_unmeasured_seek_is_probed_once_per_window() {
-        let p = Auto::new();
-        // Two legs marked rotational, bandwidth measured, seek never measured: the 8 ms prior
-        // forbids splitting, except on the read that crosses a probe window (and the next).
-        let leg = |idx| LegView {
-            rotational: true,
-            seek_us: None,
-            ..measured(idx, 0, 6000, 150, 0)
-        };
-        let c = [
-            LegView {
-                last_read_end: Some((7, 100 * MIB)),
-                ..leg(0)
-            },
-            leg(1),
-        ];
-        let at = |offset: u64| ReadRequest {
-            file: 7,
-            ..seq(offset, 1 << 20, 0, 32 * MIB, 0, 0)
-        };
-        assert_eq!(
-            p.pick(&c, &at(100 * MIB)),
-            ReadPlan::One(0),
-            "inside a window"
-        );
-        assert!(
-            matches!(
-                p.pick(&c, &at(128 * MIB - (1 << 20) + 4096)),
-                ReadPlan::Split(_)
-            ),
-            "the read that crosses 128 MiB"
-        );
-        // Once measured, the measurement decides: a real disk's seek does not pay.
-        let c = [
-            LegView {
-                last_read_end: Some((7, 100 * MIB)),
-                ..hdd(0, 0)
-            },
-            hdd(1, 0),
-        ];
-        assert_eq!(
-            p.pick(&c, &at(128 * MIB - (1 << 20) + 4096)),
-            ReadPlan::One(0)
-        );
     }
 
     #[test]
