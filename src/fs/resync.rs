@@ -366,54 +366,48 @@ impl MirrorFs {
             throttle: self.recovery.throttle.clone(),
             hook: Arc::new(tree::NoHook),
         };
-        let check = |r: tree::SyncReport| -> Result<()> {
-            if r.cancelled || self.mirror.is_stopping() {
-                return Err(Errno::ECANCELED);
-            }
-            Ok(())
+        // One pass: the paths changed since the last, with its own progress counters (the
+        // job's show the first pass), throttled unless `throttle` says otherwise.
+        let pass = |records: Vec<Vec<u8>>, throttle: Arc<Throttle>| -> Result<()> {
+            job.passes.fetch_add(1, Ordering::Relaxed);
+            let ctl = Control {
+                progress: Arc::new(Progress::new()),
+                throttle,
+                ..ctl.clone()
+            };
+            let r = tree::sync_paths(src, dst, &to_paths(records), &opts, &ctl)?;
+            self.check_pass(&r)
         };
         job.passes.fetch_add(1, Ordering::Relaxed);
-        check(match paths {
+        let first = match paths {
             Some(p) => tree::sync_paths(src, dst, &to_paths(p), &opts, &ctl)?,
             None => tree::sync_full(src, dst, &opts, &ctl)?,
-        })?;
+        };
+        self.check_pass(&first)?;
         // Catch up with what changed meanwhile.
         let mut pending = self.mirror.changes().take_changed(id);
         for _ in 0..MAX_PASSES {
             if pending.len() < FEW_CHANGES {
                 break;
             }
-            job.passes.fetch_add(1, Ordering::Relaxed);
-            check(tree::sync_paths(
-                src,
-                dst,
-                &to_paths(pending),
-                &opts,
-                &Control {
-                    progress: Arc::new(Progress::new()),
-                    ..ctl.clone()
-                },
-            )?)?;
+            pass(pending, self.recovery.throttle.clone())?;
             pending = self.mirror.changes().take_changed(id);
         }
-        // Join, with every change held off.
+        // Join, with every change held off (and no throttle: writers are waiting).
         let _all = self.mirror.exclusive();
         pending.extend(self.mirror.changes().take_changed(id));
-        job.passes.fetch_add(1, Ordering::Relaxed);
-        check(tree::sync_paths(
-            src,
-            dst,
-            &to_paths(pending),
-            &opts,
-            &Control {
-                progress: Arc::new(Progress::new()),
-                throttle: Arc::new(Throttle::new(None)),
-                ..ctl.clone()
-            },
-        )?)?;
+        pass(pending, Arc::new(Throttle::new(None)))?;
         self.mirror.leg(target).flush()?;
         self.attach_leg(target)?;
         self.mirror.join_leg(target, id);
+        Ok(())
+    }
+
+    /// ECANCELED if the pass was cancelled or the mirror is being unmounted.
+    fn check_pass(&self, r: &tree::SyncReport) -> Result<()> {
+        if r.cancelled || self.mirror.is_stopping() {
+            return Err(Errno::ECANCELED);
+        }
         Ok(())
     }
 
