@@ -76,6 +76,18 @@ pub(crate) struct Ctx<'a> {
 }
 
 impl<'a> Ctx<'a> {
+    /// An entry skipped because of `e` on `leg`: counted in the progress, passed to the hook,
+    /// and returned for the run's report.
+    pub fn entry_error(&self, rel: &Path, leg: usize, e: Errno) -> super::EntryError {
+        Progress::add(&self.ctl.progress.errors, 1);
+        self.ctl.hook.error(rel, leg, e);
+        super::EntryError {
+            path: rel.to_path_buf(),
+            leg,
+            errno: e.0,
+        }
+    }
+
     pub fn new(opts: &'a TreeOptions, ctl: &'a Control) -> Ctx<'a> {
         let chunk = opts.chunk_size.clamp(BLOCK, 64 << 20);
         Ctx {

@@ -469,13 +469,8 @@ impl Scrub<'_> {
     }
 
     fn error(&mut self, rel: &Path, leg: usize, e: Errno) {
-        Progress::add(&self.ctx.ctl.progress.errors, 1);
-        self.ctx.ctl.hook.error(rel, leg, e);
-        self.report.errors.push(EntryError {
-            path: rel.to_path_buf(),
-            leg,
-            errno: e.0,
-        });
+        let err = self.ctx.entry_error(rel, leg, e);
+        self.report.errors.push(err);
     }
 }
 

@@ -194,13 +194,8 @@ impl<'a> Syncer<'a> {
     }
 
     fn error(&mut self, rel: &Path, leg: usize, e: Errno) {
-        Progress::add(&self.ctx.ctl.progress.errors, 1);
-        self.ctx.ctl.hook.error(rel, leg, e);
-        self.report.errors.push(EntryError {
-            path: rel.to_path_buf(),
-            leg,
-            errno: e.0,
-        });
+        let err = self.ctx.entry_error(rel, leg, e);
+        self.report.errors.push(err);
     }
 
     /// The root: metadata (never its mtime), then (when `recurse`) the whole tree, or (not)
