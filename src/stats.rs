@@ -77,6 +77,9 @@ pub struct LegStats {
     pub stream_switches: u64,
     /// Split reads this leg served a piece of.
     pub split_reads: u64,
+    /// Whole reads of a sequential stream spread over several legs that this leg served.
+    #[serde(default)]
+    pub spread_reads: u64,
 }
 
 /// Service-time averages of one leg, µs.
@@ -86,6 +89,10 @@ pub struct LatencyStats {
     pub small_read: Option<u64>,
     /// Larger reads.
     pub large_read: Option<u64>,
+    /// Positioning cost: how much longer a large read takes when it does not continue the
+    /// leg's previous read.
+    #[serde(default)]
+    pub seek: Option<u64>,
 }
 
 /// Progress of a resync or a scrub.

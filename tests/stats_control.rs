@@ -58,6 +58,7 @@ const LEG_FIELDS: &[&str] = &[
     "policy_picks",
     "stream_switches",
     "split_reads",
+    "spread_reads",
 ];
 
 /// Per-leg counters that `stats_reset` zeroes.
@@ -72,6 +73,7 @@ const COUNTERS: &[&str] = &[
     "policy_picks",
     "stream_switches",
     "split_reads",
+    "spread_reads",
 ];
 
 // ---------------------------------------------------------------------------------------------

@@ -419,7 +419,7 @@ impl MirrorFs {
             .map(|l| {
                 let c = &l.counters;
                 let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-                let (small, large, bandwidth) = l.service_figures();
+                let f = l.service_figures();
                 LegStats {
                     name: l.name.clone(),
                     path: l.path().display().to_string(),
@@ -439,13 +439,15 @@ impl MirrorFs {
                     inflight: l.inflight.load(Ordering::Relaxed),
                     device_inflight: l.device.inflight_recent(),
                     latency_us: LatencyStats {
-                        small_read: small,
-                        large_read: large,
+                        small_read: f.small_read_us,
+                        large_read: f.large_read_us,
+                        seek: f.seek_us,
                     },
-                    read_bandwidth: bandwidth,
+                    read_bandwidth: f.read_bandwidth,
                     policy_picks: get(&c.policy_picks),
                     stream_switches: get(&c.stream_switches),
                     split_reads: get(&c.split_reads),
+                    spread_reads: get(&c.spread_reads),
                 }
             })
             .collect();

@@ -184,7 +184,7 @@ impl MirrorFs {
             "read",
             |plan| {
                 wanted = match plan {
-                    ReadPlan::One(_) => vec![size],
+                    ReadPlan::One(_) | ReadPlan::Spread(_) => vec![size],
                     ReadPlan::Split(p) => p.iter().map(|x| x.len).collect(),
                 };
                 h.streams.lock().record(stream_id, plan, size, now_us)

@@ -93,11 +93,12 @@ struct FreeSpace {
     avail: u64,
 }
 
-/// What was known of a leg when a read was handed to it.
+/// A read handed to a leg, and what was known of the leg then.
 #[derive(Clone, Copy, Debug)]
 pub struct HandOver {
-    /// It started where the leg's previous read ended (`None`: no previous read).
-    pub contiguous: Option<bool>,
+    /// The mirror's inode number of the file, and the offset the read starts at.
+    pub file: u64,
+    pub offset: u64,
     /// Our other requests outstanding on the leg then.
     pub queued: u32,
 }
@@ -105,8 +106,13 @@ pub struct HandOver {
 #[derive(Default)]
 struct ReadHistory {
     service: ServiceTime,
-    /// (file, offset) where the last completed read on this leg ended.
+    /// (file, offset) where the last read handed to this leg ended (the policies' position).
     last_end: Option<(u64, u64)>,
+    /// (file, offset) where the last read completed on this leg ended: whether a read
+    /// continued it is judged in completion order, as the device served them (a disk
+    /// reorders a queue of two streams' reads into runs; handed-over order would take most
+    /// of its reads for jumps and find the seeks cheap).
+    last_done_end: Option<(u64, u64)>,
 }
 
 /// Plain per-leg counters (the stats issue exposes them).
@@ -128,6 +134,8 @@ pub struct LegCounters {
     pub stream_switches: AtomicU64,
     /// Split reads this leg served a piece of.
     pub split_reads: AtomicU64,
+    /// Whole reads of a stream spread over several legs that this leg served.
+    pub spread_reads: AtomicU64,
 }
 
 impl LegCounters {
@@ -145,10 +153,24 @@ impl LegCounters {
             &self.policy_picks,
             &self.stream_switches,
             &self.split_reads,
+            &self.spread_reads,
         ] {
             c.store(0, Ordering::Relaxed);
         }
     }
+}
+
+/// A leg's measured read figures; each `None` until measured.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ServiceFigures {
+    /// Mean service time of small reads, µs.
+    pub small_read_us: Option<u64>,
+    /// Mean service time of large reads, µs.
+    pub large_read_us: Option<u64>,
+    /// Positioning cost, µs.
+    pub seek_us: Option<u64>,
+    /// Large-read bandwidth, bytes per second.
+    pub read_bandwidth: Option<u64>,
 }
 
 /// Counts one of our own I/Os on a leg from the moment it is decided until it is dropped.
@@ -307,15 +329,15 @@ impl Leg {
         self.state() == LegState::InSync
     }
 
-    /// Service-time figures: mean µs of small reads, of large reads, and large-read bandwidth
-    /// in bytes per second (`None` until measured).
-    pub fn service_figures(&self) -> (Option<u64>, Option<u64>, Option<u64>) {
+    /// The measured service-time figures (for the statistics).
+    pub fn service_figures(&self) -> ServiceFigures {
         let r = self.reads.lock();
-        (
-            r.service.small_read_us().map(u64::from),
-            r.service.large_read_us().map(u64::from),
-            r.service.read_bandwidth(),
-        )
+        ServiceFigures {
+            small_read_us: r.service.small_read_us().map(u64::from),
+            large_read_us: r.service.large_read_us().map(u64::from),
+            seek_us: r.service.seek_us().map(u64::from),
+            read_bandwidth: r.service.read_bandwidth(),
+        }
     }
 
     /// What a read policy may know of this leg now. Samples the device's in-flight count
@@ -340,10 +362,10 @@ impl Leg {
     /// later.
     pub fn hand_over(&self, file: u64, offset: u64, len: u32) -> HandOver {
         let mut r = self.reads.lock();
-        let contiguous = r.last_end.map(|end| end == (file, offset));
         r.last_end = Some((file, offset + u64::from(len)));
         HandOver {
-            contiguous,
+            file,
+            offset,
             // Counted by the guard already taken for this read: the others.
             queued: self.inflight.load(Ordering::Acquire).saturating_sub(1),
         }
@@ -353,8 +375,12 @@ impl Leg {
     /// mirror's clock, taken under this leg's lock so that completions are recorded in order.
     pub fn record_read(&self, h: &HandOver, bytes: u64, elapsed_us: u64, now: impl Fn() -> u64) {
         let mut r = self.reads.lock();
+        // A leg that has completed no read yet: its position is unknown, so the read counts
+        // as a jump (a disk's head is somewhere else).
+        let contiguous = r.last_done_end == Some((h.file, h.offset));
+        r.last_done_end = Some((h.file, h.offset + bytes));
         r.service
-            .record_queued(bytes, elapsed_us, now(), h.contiguous, Some(h.queued));
+            .record_queued(bytes, elapsed_us, now(), Some(contiguous), Some(h.queued));
     }
 
     /// The filesystem's size and the bytes available now (measured).

@@ -580,7 +580,7 @@ impl Mirror {
     /// pieces stay aligned. Anything else (a policy bug) becomes the first candidate, logged.
     fn sane_plan(&self, plan: ReadPlan, views: &[LegView], req: &ReadRequest) -> ReadPlan {
         let aligned = match &plan {
-            ReadPlan::One(_) => true,
+            ReadPlan::One(_) | ReadPlan::Spread(_) => true,
             ReadPlan::Split(p) => p.iter().skip(1).all(|x| x.offset % 4096 == 0),
         };
         match plan.check(views, req.offset, req.size) {
@@ -606,10 +606,11 @@ impl Mirror {
         let _routing = self.routing.lock();
         let plan = self.plan_read(candidates, req)?;
         let legs: Vec<LegIdx> = match &plan {
-            ReadPlan::One(l) => vec![*l],
+            ReadPlan::One(l) | ReadPlan::Spread(l) => vec![*l],
             ReadPlan::Split(p) => p.iter().map(|x| x.leg).collect(),
         };
         let split = matches!(plan, ReadPlan::Split(_));
+        let spread = matches!(plan, ReadPlan::Spread(_));
         let guards = legs
             .iter()
             .map(|&l| {
@@ -618,10 +619,13 @@ impl Mirror {
                 if split {
                     c.split_reads.fetch_add(1, Ordering::Relaxed);
                 }
+                if spread {
+                    c.spread_reads.fetch_add(1, Ordering::Relaxed);
+                }
                 InflightGuard::new(&self.legs[l])
             })
             .collect();
-        if let Some(prev) = req.stream.leg {
+        if let (Some(prev), false) = (req.stream.leg, spread) {
             if prev != plan.first_leg() {
                 self.legs[plan.first_leg()]
                     .counters
@@ -630,7 +634,9 @@ impl Mirror {
             }
         }
         let hand_overs = match &plan {
-            ReadPlan::One(l) => vec![self.legs[*l].hand_over(req.file, req.offset, req.size)],
+            ReadPlan::One(l) | ReadPlan::Spread(l) => {
+                vec![self.legs[*l].hand_over(req.file, req.offset, req.size)]
+            }
             ReadPlan::Split(p) => p
                 .iter()
                 .map(|x| self.legs[x.leg].hand_over(req.file, x.offset, x.len))
@@ -704,7 +710,7 @@ impl Mirror {
                 Ok(r)
             };
             let results: Vec<(LegIdx, u64, u32, Result<T>)> = match &plan {
-                ReadPlan::One(leg) => vec![(
+                ReadPlan::One(leg) | ReadPlan::Spread(leg) => vec![(
                     *leg,
                     req.offset,
                     req.size,

@@ -29,25 +29,40 @@
 //!    whole speed; first measured with the cost rule alone, the stick got too few reads and
 //!    the pair stayed at the SSD's speed). Slower legs (a disk next to an SSD) get random
 //!    reads only when the cost says they answer sooner.
-//! 2. A sequential read stays on its stream's leg unless all of: the stream has read at least
+//! 2. A sequential stream with reads in flight, on legs of the same speed whose positioning
+//!    cost is small beside a read's own time (under half of it; three quarters to stay), is
+//!    spread: each whole read goes to the leg where it ends soonest, the stream's own reads
+//!    counted as load ([`ReadPlan::Spread`]; the stream keeps its leg). Two such legs give
+//!    nearly twice one leg, whatever their rotational flag says: the bench rig's throttled
+//!    "HDDs". On a disk a skipped read costs about what reading it would, so disks never
+//!    qualify.
+//! 3. A confirmed stream on one leg sends one whole read to an idle leg of the same speed
+//!    when either leg's positioning figure is missing or 2 s old and it keeps the stream from
+//!    spreading (a probe: one read's time every 2 s on a disk pair), so that a figure taken
+//!    once, or the rotational prior, does not decide for good.
+//! 4. A sequential read stays on its stream's leg unless all of: the stream has read at least
 //!    the minimum run there, has been there for the dwell time, and another leg's cost, its
 //!    seek included, is lower by the hysteresis margin. Positional legs (measured seek >= 1 ms):
 //!    8 MiB, 250 ms, 25 %; others: 1 MiB, 10 ms, 10 %. So a stream on a disk pair stays put,
 //!    and streams spread over legs by where they start, and rebalance slowly.
-//! 3. A confirmed sequential stream (8 MiB read contiguously) reading at least 256 KiB at a
+//! 5. A confirmed sequential stream (8 MiB read contiguously) reading at least 256 KiB at a
 //!    time is split over several legs when that finishes the read sooner by 30 % (10 % to stay
 //!    split): each leg gets one contiguous piece, sized by its bandwidth and its current load
 //!    so that all pieces end together (a straggler sets the pace otherwise), at least
 //!    128 KiB, boundaries on 64 KiB. (A 10 % threshold with 64 KiB pieces made an SSD + USB
-//!    stick pair slower in the simulator: rounding and the stick's latency ate the gain.) Legs with a positioning cost get a piece only if the
-//!    gain pays for their seek, which, for real disks, it does not at these sizes: the
-//!    RAID10-far effect needs the far layout; on flash or throttled devices it is close to
-//!    N x one leg.
+//!    stick pair slower in the simulator: rounding and the stick's latency ate the gain.)
+//!    Legs with a positioning cost get a piece only if the gain pays for their seek, which,
+//!    for real disks, it does not at these sizes: the RAID10-far effect needs the far
+//!    layout; on flash or throttled devices it is close to N x one leg. With reads in flight
+//!    on legs of the same speed rule 2 comes first: whole reads keep their size, which a
+//!    device with an IOPS limit needs (the rig's 320 IOPS make any piece under 468 KiB
+//!    IOPS-bound).
 //!
 //! Weak spots (see `docs/policies.md`): the load of a leg counts requests, not bytes, so a leg
 //! full of small reads and one with a few large ones compare roughly; own-load subtraction is
-//! approximate for split streams; there is no idle-time probe, so a leg judged slow is
-//! measured again only when the others' queues send reads its way.
+//! approximate for split streams; a leg judged slow is measured again only when the others'
+//! queues send reads its way (the probe of rule 3 is for the positioning cost of legs of the
+//! same speed).
 
 use crate::leg::LegIdx;
 
@@ -97,6 +112,16 @@ pub const SPLIT_MIN_RUN: u64 = 8 << 20;
 pub const SPLIT_MIN_PIECE: u64 = 128 << 10;
 const SPLIT_GAIN_ENTER: f64 = 1.3;
 const SPLIT_GAIN_STAY: f64 = 1.1;
+/// A stream spreads its reads over legs whose positioning cost is below this fraction of the
+/// time one read takes there: spread over two legs, each leg skips the other's reads, so a
+/// read costs its transfer plus a positioning, and two legs give `2 / (1 + fraction)` times
+/// one (1.33 here). On a disk a skip costs about what reading the bytes would (the platter
+/// passes under the head either way), so disks never qualify; flash and throttled devices do.
+pub const SPREAD_SEEK_ENTER: f64 = 0.5;
+/// ... and stays spread below this one (1.14 times one leg; the estimates are noisy).
+pub const SPREAD_SEEK_STAY: f64 = 0.75;
+/// A stream on one leg re-measures the positioning cost of an idle leg this often, µs.
+pub const PROBE_INTERVAL_US: u64 = 2_000_000;
 
 pub struct Auto {
     ties: TieBreak,
@@ -234,6 +259,12 @@ impl ReadPolicy for Auto {
             }
             return ReadPlan::One(c[best].idx);
         };
+        if let Some(i) = spread(&c, &k, req, cur, &self.ties) {
+            return ReadPlan::Spread(c[i].idx);
+        }
+        if let Some(i) = probe(&c, &k, req, cur) {
+            return ReadPlan::Spread(c[i].idx);
+        }
         let stay = k.one(cur, true);
         if let Some((pieces, t)) = split(&c, &k, req) {
             let need = if s.split {
@@ -266,6 +297,94 @@ impl ReadPolicy for Auto {
         }
         ReadPlan::One(c[cur].idx)
     }
+}
+
+/// Where a sequential stream's read goes when the stream is spread over legs without a
+/// positioning cost (flash, throttled devices, whatever the rotational flag says): the stream
+/// has other reads in flight, its leg and at least one other are equally fast and their
+/// positioning cost is small beside the read's own time ([`SPREAD_SEEK_ENTER`] of it, or
+/// [`SPREAD_SEEK_STAY`] while the stream is spread). Then each whole read goes to the leg where it ends soonest, the
+/// stream's own reads counted as load: with 4 reads in flight on two legs, two on each, every
+/// read at full size. Splitting each read instead halves the requests' size, which a device
+/// with an IOPS limit pays for (the bench rig: 320 IOPS and 150 MB/s, so any piece under
+/// 468 KiB is IOPS-bound). A lone read at a time (`inflight` 0) is left to [`split`].
+/// Candidate index, or `None`.
+fn spread(
+    c: &[LegView],
+    k: &Costs,
+    req: &ReadRequest,
+    cur: usize,
+    ties: &TieBreak,
+) -> Option<usize> {
+    let s = &req.stream;
+    if !s.sequential || s.inflight == 0 {
+        return None;
+    }
+    let limit = if s.spread {
+        SPREAD_SEEK_STAY
+    } else {
+        SPREAD_SEEK_ENTER
+    };
+    // Measured figures only: a bandwidth for the leg, and a positioning cost measured on
+    // some leg (a leg not yet measured counts as the best measured one).
+    if c.iter().all(|l| l.seek_us.is_none()) {
+        return None;
+    }
+    let fastest = k.svc.iter().copied().fold(f64::INFINITY, f64::min);
+    let eligible = |i: usize| {
+        c[i].read_bandwidth.is_some() && k.svc[i] <= fastest && k.seek[i] < limit * k.svc[i]
+    };
+    if !eligible(cur) || (0..c.len()).filter(|&i| eligible(i)).count() < 2 {
+        return None;
+    }
+    let cost: Vec<f64> = (0..c.len())
+        .map(|i| {
+            if !eligible(i) {
+                return f64::INFINITY;
+            }
+            let position = if c[i].last_read_end == Some((req.file, req.offset)) {
+                0.0
+            } else {
+                k.seek[i]
+            };
+            (f64::from(outstanding(&c[i])) + 1.0) * k.svc[i] + position
+        })
+        .collect();
+    Some(pick_min_random(&cost, 0.0, ties))
+}
+
+/// A stream that stays on one leg learns nothing more of the others' positioning cost, and
+/// its own leg measures it only when the stream jumps: a figure taken once (a cold first read,
+/// a noisy throttle) would decide for good. So a confirmed stream on one leg sends one whole
+/// read to an idle leg of the same speed when that leg's or its own leg's figure is missing or
+/// older than [`PROBE_INTERVAL_US`], and the positioning cost is high enough to keep it from
+/// spreading: the idle leg measures a jump, and the stream's own leg a jump over the probed
+/// read on the next one. On a disk pair this costs one read's time every few seconds; on
+/// seek-free legs it is how a stream finds out it may spread. Candidate index, or `None`.
+fn probe(c: &[LegView], k: &Costs, req: &ReadRequest, cur: usize) -> Option<usize> {
+    let s = &req.stream;
+    if !s.sequential
+        || s.split
+        || s.spread
+        || s.run_bytes < SPLIT_MIN_RUN
+        || req.size <= super::SMALL_READ_MAX
+    {
+        return None;
+    }
+    let stale = |l: &LegView| {
+        l.seek_sampled_us
+            .is_none_or(|t| req.now_us.saturating_sub(t) >= PROBE_INTERVAL_US)
+    };
+    let fastest = k.svc.iter().copied().fold(f64::INFINITY, f64::min);
+    (0..c.len())
+        .filter(|&j| {
+            j != cur
+                && k.svc[j] <= fastest
+                && outstanding(&c[j]) == 0
+                && (stale(&c[j]) || stale(&c[cur]))
+                && k.seek[j].max(k.seek[cur]) >= SPREAD_SEEK_ENTER * fastest
+        })
+        .min_by_key(|&j| c[j].seek_sampled_us)
 }
 
 /// The split of a confirmed stream's read that ends soonest, and when it ends (µs from now),
@@ -355,6 +474,7 @@ mod tests {
             large_read_us: Some((MIB * 1_000_000 / (mbs * 1_000_000)) as u32),
             read_bandwidth: Some(mbs * 1_000_000),
             seek_us: Some(seek),
+            seek_sampled_us: Some(900_000),
             ..leg(idx, inflight)
         }
     }
@@ -388,6 +508,7 @@ mod tests {
                 leg_since_us: since,
                 inflight,
                 split: false,
+                spread: false,
             },
             ..req(0, offset, size)
         }
@@ -413,9 +534,9 @@ mod tests {
     #[test]
     fn no_split_on_disks_split_on_flash() {
         let p = Auto::new();
-        let r = seq(64 * MIB, 1 << 20, 0, 64 * MIB, 0, 3);
-        assert_eq!(p.pick(&[hdd(0, 3), hdd(1, 0)], &r), ReadPlan::One(0));
-        match p.pick(&[ssd(0, 3), ssd(1, 0)], &r) {
+        let r = seq(64 * MIB, 1 << 20, 0, 64 * MIB, 0, 0);
+        assert_eq!(p.pick(&[hdd(0, 0), hdd(1, 0)], &r), ReadPlan::One(0));
+        match p.pick(&[ssd(0, 0), ssd(1, 0)], &r) {
             ReadPlan::Split(pieces) => {
                 assert_eq!(pieces.len(), 2);
                 assert_eq!(pieces[0].offset, 64 * MIB);
@@ -435,9 +556,101 @@ mod tests {
             },
             ..r.clone()
         };
-        assert_eq!(p.pick(&[ssd(0, 3), ssd(1, 0)], &short), ReadPlan::One(0));
-        let small = seq(64 * MIB, 128 << 10, 0, 64 * MIB, 0, 3);
-        assert_eq!(p.pick(&[ssd(0, 3), ssd(1, 0)], &small), ReadPlan::One(0));
+        assert_eq!(p.pick(&[ssd(0, 0), ssd(1, 0)], &short), ReadPlan::One(0));
+        let small = seq(64 * MIB, 128 << 10, 0, 64 * MIB, 0, 0);
+        assert_eq!(p.pick(&[ssd(0, 0), ssd(1, 0)], &small), ReadPlan::One(0));
+    }
+
+    #[test]
+    fn a_stream_with_reads_in_flight_spreads_whole_reads_over_seek_free_legs() {
+        let p = Auto::new();
+        // The stream's own 3 reads on leg 0: the next goes whole to leg 1, the stream stays
+        // on leg 0 (no split, no move); with 2 and 2, to either.
+        let r = seq(64 * MIB, 1 << 20, 0, 64 * MIB, 0, 3);
+        assert_eq!(p.pick(&[ssd(0, 3), ssd(1, 0)], &r), ReadPlan::Spread(1));
+        let r = seq(64 * MIB, 1 << 20, 0, 64 * MIB, 0, 3);
+        let mut n = [0; 2];
+        for _ in 0..200 {
+            n[p.pick(&[ssd(0, 2), ssd(1, 2)], &r).first_leg()] += 1;
+        }
+        assert!(n[0] > 60 && n[1] > 60, "{n:?}");
+        // Whatever the rotational flag says: it is the measured seek that counts.
+        let rig = |i, q| LegView {
+            rotational: true,
+            ..measured(i, q, 3125, 150, 40)
+        };
+        assert_eq!(p.pick(&[rig(0, 3), rig(1, 0)], &r), ReadPlan::Spread(1));
+        // A disk pair (8 ms seek) does not spread; neither does a much slower leg.
+        assert_eq!(p.pick(&[hdd(0, 3), hdd(1, 0)], &r), ReadPlan::One(0));
+        let usb = measured(1, 0, 625, 52, 0);
+        assert_eq!(p.pick(&[ssd(0, 3), usb], &r), ReadPlan::One(0));
+        // A seek of 4.5 ms beside a 7 ms read: a stream does not start spreading (at most
+        // 2 / 1.64 = 1.22 times one leg), but one spread already stays so.
+        let noisy = |i, q| measured(i, q, 3125, 150, 4500);
+        assert!(!matches!(
+            p.pick(&[noisy(0, 3), noisy(1, 0)], &r),
+            ReadPlan::Spread(_)
+        ));
+        let spread = ReadRequest {
+            stream: StreamView {
+                spread: true,
+                ..r.stream.clone()
+            },
+            ..r.clone()
+        };
+        assert_eq!(
+            p.pick(&[noisy(0, 3), noisy(1, 0)], &spread),
+            ReadPlan::Spread(1)
+        );
+    }
+
+    #[test]
+    fn a_stream_on_one_leg_probes_a_stale_idle_leg() {
+        let p = Auto::new();
+        let r = seq(64 * MIB, 1 << 20, 0, 64 * MIB, 0, 3);
+        let stale = |l: LegView, at| LegView {
+            seek_sampled_us: at,
+            ..l
+        };
+        // Measured recently: no probe.
+        assert_eq!(p.pick(&[hdd(0, 3), hdd(1, 0)], &r), ReadPlan::One(0));
+        // The idle leg never measured, or measured 2 s ago: one whole read goes there.
+        assert_eq!(
+            p.pick(&[hdd(0, 3), stale(hdd(1, 0), None)], &r),
+            ReadPlan::Spread(1)
+        );
+        let later = ReadRequest {
+            now_us: 2_900_000,
+            ..r.clone()
+        };
+        assert_eq!(
+            p.pick(&[hdd(0, 3), stale(hdd(1, 0), Some(800_000))], &later),
+            ReadPlan::Spread(1)
+        );
+        // Not while it is busy, nor for a stream not yet confirmed, nor towards a slower leg.
+        assert_eq!(
+            p.pick(&[hdd(0, 3), stale(hdd(1, 1), None)], &r),
+            ReadPlan::One(0)
+        );
+        let young = ReadRequest {
+            stream: StreamView {
+                run_bytes: MIB,
+                ..r.stream.clone()
+            },
+            ..r.clone()
+        };
+        assert_eq!(
+            p.pick(&[hdd(0, 3), stale(hdd(1, 0), None)], &young),
+            ReadPlan::One(0)
+        );
+        let slow = LegView {
+            rotational: true,
+            ..measured(1, 0, 12_000, 40, 8000)
+        };
+        assert_eq!(
+            p.pick(&[hdd(0, 3), stale(slow, None)], &r),
+            ReadPlan::One(0)
+        );
     }
 
     #[test]
@@ -509,9 +722,9 @@ mod tests {
             rotational: true,
             ..ssd(1, 0)
         };
-        let r = seq(64 * MIB, 1 << 20, 0, 64 * MIB, 0, 3);
+        let r = seq(64 * MIB, 1 << 20, 0, 64 * MIB, 0, 0);
         assert!(matches!(
-            p.pick(&[ssd(0, 3), fast_rot], &r),
+            p.pick(&[ssd(0, 0), fast_rot], &r),
             ReadPlan::Split(_)
         ));
         // An unmeasured leg competes as if it were as fast as the measured one.

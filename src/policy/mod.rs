@@ -60,6 +60,9 @@ pub struct LegView {
     /// disk, about 0 on flash and on throttled devices); `None` until measured. See
     /// [`service_time::ServiceTime::seek_us`].
     pub seek_us: Option<u32>,
+    /// When (µs, the clock of [`ReadRequest::now_us`]) the last read that fed `seek_us`
+    /// completed; `None` if none has.
+    pub seek_sampled_us: Option<u64>,
 }
 
 /// What the open file's stream tracker knows of the stream this read belongs to.
@@ -80,6 +83,9 @@ pub struct StreamView {
     pub inflight: u32,
     /// The stream's previous read was split over several legs.
     pub split: bool,
+    /// The stream's previous read was a [`ReadPlan::Spread`]: its reads in flight may be on
+    /// several legs.
+    pub spread: bool,
 }
 
 /// The read being routed.
@@ -108,6 +114,11 @@ pub struct ReadPiece {
 pub enum ReadPlan {
     /// The whole read from one leg.
     One(LegIdx),
+    /// The whole read from one leg, as one of a sequential stream's reads spread over several
+    /// legs (or a single read sent elsewhere to measure a leg): the stream does not move to
+    /// that leg. The engine runs it as [`One`](ReadPlan::One); the stream tracker and the
+    /// counters tell them apart.
+    Spread(LegIdx),
     /// Contiguous pieces, in offset order, covering the request exactly, run in parallel.
     /// Every piece starts at a multiple of [`SPLIT_ALIGN`] (except the first, which starts at
     /// the request's offset), so `O_DIRECT` alignment of the request carries over.
@@ -121,7 +132,7 @@ impl ReadPlan {
     /// The leg that serves the first byte.
     pub fn first_leg(&self) -> LegIdx {
         match self {
-            ReadPlan::One(l) => *l,
+            ReadPlan::One(l) | ReadPlan::Spread(l) => *l,
             ReadPlan::Split(p) => p[0].leg,
         }
     }
@@ -129,7 +140,7 @@ impl ReadPlan {
     /// Every leg the plan reads from, in piece order, each once.
     pub fn legs(&self) -> Vec<LegIdx> {
         match self {
-            ReadPlan::One(l) => vec![*l],
+            ReadPlan::One(l) | ReadPlan::Spread(l) => vec![*l],
             ReadPlan::Split(p) => {
                 let mut v: Vec<LegIdx> = Vec::with_capacity(p.len());
                 for piece in p {
@@ -145,7 +156,7 @@ impl ReadPlan {
     /// The plan as pieces (a `One` is one piece covering the request).
     pub fn pieces(&self, offset: u64, size: u32) -> Vec<ReadPiece> {
         match self {
-            ReadPlan::One(l) => vec![ReadPiece {
+            ReadPlan::One(l) | ReadPlan::Spread(l) => vec![ReadPiece {
                 leg: *l,
                 offset,
                 len: size,

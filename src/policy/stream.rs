@@ -28,6 +28,7 @@ struct Cursor {
     leg_since_us: u64,
     inflight: u32,
     split: bool,
+    spread: bool,
     last_used: u64,
     generation: u32,
     in_use: bool,
@@ -84,6 +85,7 @@ impl StreamTracker {
                     leg_since_us: c.leg_since_us,
                     inflight: c.inflight,
                     split: c.split,
+                    spread: c.spread,
                 };
                 c.next = c.next.max(end);
                 c.run_bytes += u64::from(size);
@@ -124,6 +126,8 @@ impl StreamTracker {
         c.inflight += 1;
         let (leg, split) = match plan {
             ReadPlan::One(l) => (*l, false),
+            // A spread read leaves the stream on its leg (the first one if it has none).
+            ReadPlan::Spread(l) => (c.leg.unwrap_or(*l), false),
             // A split stream stays "on" its leg if that leg takes part, else on the first.
             ReadPlan::Split(p) => (
                 c.leg
@@ -133,6 +137,7 @@ impl StreamTracker {
             ),
         };
         c.split = split;
+        c.spread = matches!(plan, ReadPlan::Spread(_));
         if c.leg == Some(leg) {
             c.leg_run_bytes += u64::from(size);
         } else {
@@ -184,6 +189,7 @@ mod tests {
                 leg_since_us: 10,
                 inflight: 1,
                 split: false,
+                spread: false,
             }
         );
         t.done(a);

@@ -60,6 +60,19 @@ impl Model {
         }
     }
 
+    /// One of the bench rig's equal "HDD" legs: a loop device throttled by cgroup blkio to
+    /// 150 MB/s and 320 IOPS (`bench/run.sh`, scenario `hdd`). Whatever its rotational flag
+    /// says, it has no positioning cost; every request costs at least 1/320 s, so requests
+    /// under 468 KiB are IOPS-bound.
+    pub fn throttled_disk() -> Model {
+        Model::Flash {
+            latency_ns: 100_000,
+            bytes_per_sec: 150_000_000,
+            iops: 320,
+            depth: 32,
+        }
+    }
+
     /// A 7200 rpm disk: 150 MB/s, 1 ms track-to-track, 15 ms full stroke over 1 TB.
     pub fn hdd() -> Model {
         Model::Disk {

@@ -4,7 +4,8 @@
 //! [`StreamTracker`] gives the stream, the legs are snapshotted into [`LegView`]s with our own
 //! in-flight pieces counted at the moment of decision, the policy picks, each piece of the plan
 //! is handed to its leg's device (in parallel for a split plan), `last_read_end` moves when a
-//! piece is handed over, and each leg's [`ServiceTime`] is fed at completion. Jobs behave like
+//! piece is handed over, and each leg's [`ServiceTime`] is fed at completion (contiguity judged in
+//! completion order). Jobs behave like
 //! fio jobs with `iodepth`: each keeps that many reads in flight and issues the next the moment
 //! one completes. Nothing is random except through seeded generators, so a run always gives
 //! the same numbers.
@@ -30,10 +31,13 @@ pub use workload::{Job, LegSpec, Pattern, Workload};
 pub struct JobResult {
     pub bytes: u64,
     pub reads: u64,
-    /// Reads whose set of legs differed from the job's previous read's.
+    /// Reads whose set of legs differed from the job's previous read's (spread reads
+    /// neither count nor change the previous read's legs: the stream did not move).
     pub leg_switches: u64,
     /// Reads split over several legs.
     pub split_reads: u64,
+    /// Whole reads spread over several legs ([`ReadPlan::Spread`]).
+    pub spread_reads: u64,
     /// Bytes of this job each leg read.
     pub leg_bytes: Vec<u64>,
 }
@@ -87,6 +91,10 @@ impl RunResult {
     pub fn split_reads(&self) -> u64 {
         self.jobs.iter().map(|j| j.split_reads).sum()
     }
+
+    pub fn spread_reads(&self) -> u64 {
+        self.jobs.iter().map(|j| j.spread_reads).sum()
+    }
 }
 
 /// The policies the table compares: (label, spec, pid offset of the jobs). `pid` runs twice,
@@ -109,6 +117,9 @@ struct Leg {
     svc: ServiceTime,
     inflight: u32,
     last_read_end: Option<(u64, u64)>,
+    /// Where the last completed piece ended: contiguity for the service times is judged in
+    /// completion order, as the engine does.
+    last_done_end: Option<(u64, u64)>,
     rotational: bool,
     bytes: u64,
 }
@@ -118,7 +129,8 @@ struct Piece {
     leg: usize,
     len: u64,
     submitted_ns: u64,
-    contiguous: bool,
+    file: u64,
+    offset: u64,
     queued: u32,
 }
 
@@ -153,6 +165,7 @@ pub fn run(w: &Workload, policy_spec: &str, pid_offset: u32) -> RunResult {
             svc: ServiceTime::new(),
             inflight: 0,
             last_read_end: None,
+            last_done_end: None,
             rotational: l.rotational,
             bytes: 0,
         })
@@ -234,15 +247,19 @@ pub fn run(w: &Workload, policy_spec: &str, pid_offset: u32) -> RunResult {
             panic!("{}: bad plan {plan:?} for {req:?}: {e}", policy.name());
         }
         st.tracker.record(sid, &plan, spec.bs, now_us);
-        let mut plan_legs = plan.legs();
-        plan_legs.sort_unstable();
-        if !st.last_legs.is_empty() && st.last_legs != plan_legs {
-            st.result.leg_switches += 1;
+        if matches!(plan, ReadPlan::Spread(_)) {
+            st.result.spread_reads += 1;
+        } else {
+            let mut plan_legs = plan.legs();
+            plan_legs.sort_unstable();
+            if !st.last_legs.is_empty() && st.last_legs != plan_legs {
+                st.result.leg_switches += 1;
+            }
+            if matches!(plan, ReadPlan::Split(_)) {
+                st.result.split_reads += 1;
+            }
+            st.last_legs = plan_legs;
         }
-        if matches!(plan, ReadPlan::Split(_)) {
-            st.result.split_reads += 1;
-        }
-        st.last_legs = plan_legs;
         let parts = plan.pieces(offset, spec.bs);
         reads.push(Read {
             job,
@@ -253,7 +270,6 @@ pub fn run(w: &Workload, policy_spec: &str, pid_offset: u32) -> RunResult {
         let read_id = reads.len() - 1;
         for p in parts {
             let leg = &mut legs[p.leg];
-            let contiguous = leg.last_read_end == Some((spec.file, p.offset));
             leg.last_read_end = Some((spec.file, p.offset + u64::from(p.len)));
             let queued = leg.inflight;
             leg.inflight += 1;
@@ -262,7 +278,8 @@ pub fn run(w: &Workload, policy_spec: &str, pid_offset: u32) -> RunResult {
                 leg: p.leg,
                 len: u64::from(p.len),
                 submitted_ns: now,
-                contiguous,
+                file: spec.file,
+                offset: p.offset,
                 queued,
             });
             let io = Io {
@@ -293,11 +310,20 @@ pub fn run(w: &Workload, policy_spec: &str, pid_offset: u32) -> RunResult {
         if now > end_ns {
             break;
         }
-        let (leg_idx, read_id, len, submitted, contiguous, queued) = {
+        let (leg_idx, read_id, len, submitted, at, queued) = {
             let p = &pieces[id];
-            (p.leg, p.read, p.len, p.submitted_ns, p.contiguous, p.queued)
+            (
+                p.leg,
+                p.read,
+                p.len,
+                p.submitted_ns,
+                (p.file, p.offset),
+                p.queued,
+            )
         };
         let leg = &mut legs[leg_idx];
+        let contiguous = leg.last_done_end == Some(at);
+        leg.last_done_end = Some((at.0, at.1 + len));
         leg.inflight -= 1;
         leg.bytes += len;
         jobs[reads[read_id].job].result.leg_bytes[leg_idx] += len;
@@ -384,21 +410,22 @@ pub fn detail_table(w: &Workload, results: &[(&'static str, RunResult)]) -> Stri
     let _ = writeln!(s, "#### {} ({})\n", w.name, w.describe());
     let _ = writeln!(
         s,
-        "| policy | MB/s | IOPS | slowest job MB/s | share % ({}) | leg switches | split reads |",
+        "| policy | MB/s | IOPS | slowest job MB/s | share % ({}) | leg switches | split reads | spread reads |",
         legs.join(" / ")
     );
-    s.push_str("|---|---:|---:|---:|---|---:|---:|\n");
+    s.push_str("|---|---:|---:|---:|---|---:|---:|---:|\n");
     for (label, r) in results {
         let share: Vec<String> = r.leg_share().iter().map(|p| format!("{p:.0}")).collect();
         let _ = writeln!(
             s,
-            "| {label} | {:.2} | {:.0} | {:.2} | {} | {} | {} |",
+            "| {label} | {:.2} | {:.0} | {:.2} | {} | {} | {} | {} |",
             r.mbs(),
             r.iops(),
             r.min_job_mbs(),
             share.join(" / "),
             r.leg_switches(),
-            r.split_reads()
+            r.split_reads(),
+            r.spread_reads()
         );
     }
     s

@@ -28,6 +28,15 @@ impl LegSpec {
         }
     }
 
+    /// The bench rig's throttled loop device, flagged rotational as the rig marks it.
+    pub fn rig_hdd(name: &'static str) -> LegSpec {
+        LegSpec {
+            name,
+            model: Model::throttled_disk(),
+            rotational: true,
+        }
+    }
+
     pub fn hdd(name: &'static str) -> LegSpec {
         LegSpec {
             name,
@@ -143,6 +152,7 @@ pub fn seed_workloads(duration_us: u64) -> Vec<Workload> {
     let ssds = || vec![LegSpec::ssd("ssd0"), LegSpec::ssd("ssd1")];
     let ssd_usb = || vec![LegSpec::ssd("ssd"), LegSpec::usb("usb")];
     let ssd_hdd = || vec![LegSpec::ssd("ssd"), LegSpec::hdd("hdd")];
+    let rig = || vec![LegSpec::rig_hdd("rig0"), LegSpec::rig_hdd("rig1")];
     vec![
         w("ssd+usb randread 32k", ssd_usb(), vec![rand(1, 32768)]),
         w(
@@ -153,6 +163,8 @@ pub fn seed_workloads(duration_us: u64) -> Vec<Workload> {
         w("2 hdd 1 seq reader", hdds(), vec![seq(1, 0, FILE_SIZE)]),
         w("2 hdd 4 seq readers", hdds(), four_readers()),
         w("2 hdd randread 4k", hdds(), vec![rand(1, 4096)]),
+        w("2 rig-hdd 1 seq reader", rig(), vec![seq(1, 0, FILE_SIZE)]),
+        w("2 rig-hdd 4 seq readers", rig(), four_readers()),
         w("2 ssd 1 seq reader", ssds(), vec![seq(1, 0, FILE_SIZE)]),
         w("2 ssd 4 seq readers", ssds(), four_readers()),
         w("2 ssd randread 4k", ssds(), vec![rand(1, 4096)]),
