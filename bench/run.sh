@@ -21,9 +21,10 @@ START_TS=$(date +%s)
 [ -f "$MIRRORFS" ] && [ -x "$MIRRORFS" ] || die "MIRRORFS=$MIRRORFS is not an executable file"
 MIRRORFS=$(readlink -f "$MIRRORFS")
 
-# tool -> Debian package. fio, jq and btrfs-progs are installed with apt-get when missing
+# tool -> Debian package. fio, jq, attr and btrfs-progs are installed with apt-get when missing
 # (BENCH_NO_APT=1 to forbid that); anything still missing ends the run with one line.
-declare -A PKG=([fio]=fio [jq]=jq [mkfs.btrfs]=btrfs-progs [mkfs.ext4]=e2fsprogs
+# getfattr/setfattr (attr) read and reset the mirrorfs statistics around each mirrorfs job.
+declare -A PKG=([fio]=fio [jq]=jq [getfattr]=attr [setfattr]=attr [mkfs.btrfs]=btrfs-progs [mkfs.ext4]=e2fsprogs
     [losetup]=mount [mount]=mount [umount]=mount [mountpoint]=util-linux [findmnt]=util-linux
     [pgrep]=procps [cmp]=diffutils [truncate]=coreutils [awk]=gawk)
 missing_tools() { local t; for t in "${!PKG[@]}"; do command -v "$t" >/dev/null || echo "$t"; done; }
@@ -225,7 +226,7 @@ trap cleanup EXIT
 trap 'say "interrupted"; exit 130' INT
 trap 'say "terminated"; exit 143' TERM
 
-mkdir -p "$OUT/fio" "$OUT/logs" "$WD/mnt" "$WD/probe"
+mkdir -p "$OUT/fio" "$OUT/stats" "$OUT/logs" "$WD/mnt" "$WD/probe"
 
 # ---------------------------------------------------------------------------------- mirrorfs helpers
 
@@ -388,6 +389,49 @@ sectors_read() { awk '{print $3}' "/sys/block/$1/stat"; }
 
 RAW=$OUT/rows.raw    # sort keys + csv row, sorted into results.csv at the end
 : >"$RAW"
+POLICY_TXT=$OUT/policy.txt  # one line per mirrorfs job: what the read policy did, per leg
+: >"$POLICY_TXT"
+
+# mirrorfs statistics around one job (the control file of the mount at $MM). Neither a failed
+# reset nor a failed read fails the run: a warning, and the job's policy.txt line says so.
+STATS_RESET_OK=1
+stats_reset() {
+    local err
+    STATS_RESET_OK=1
+    if ! err=$(setfattr -n user.mirrorfs.stats_reset -v 1 "$MM/.mirrorfs" 2>&1); then
+        STATS_RESET_OK=0
+        say "warning: could not reset the mirrorfs statistics (${err:-setfattr failed}); this job's stats include earlier jobs"
+    fi
+    return 0
+}
+
+# Saves the statistics as stats/<tag>.json and appends a summary line to policy.txt (and stderr).
+stats_save() {  # tag scenario workload label
+    local tag=$1 sc=$2 w=$3 label=$4 js=$OUT/stats/$1.json err sum line
+    if ! err=$(getfattr --only-values -n user.mirrorfs.stats "$MM/.mirrorfs" 2>&1 >"$js.tmp"); then
+        rm -f "$js.tmp"
+        sum="stats unavailable: $(head -n1 <<<"${err:-getfattr failed}")"
+        say "warning: could not read the mirrorfs statistics for $tag ($sum)"
+    elif ! sum=$(jq -r '
+            def num(f; d; u): if (f | type) == "number" then "\((f / d) | round)\(u)" else "-" end;
+            "policy=\(.read_policy // "-")  " + ([.legs[]? |
+                "\(.name // "-"): picks=\(.policy_picks // "-") switches=\(.stream_switches // "-")"
+                + " split=\(.split_reads // "-") spread=\(.spread_reads // "-")"
+                + " seek_us=\(.latency_us.seek // "-") read=\(num(.read_bytes; 1e6; "MB"))"
+                + " bw=\(num(.read_bandwidth; 1e6; "MB/s"))"] | join(" | "))' "$js.tmp" 2>&1) ||
+            [ -z "$sum" ]; then
+        mv -f "$js.tmp" "$js"
+        sum="stats unreadable (see stats/$tag.json): $(head -n1 <<<"${sum:-jq printed nothing}")"
+        say "warning: the mirrorfs statistics for $tag are not the JSON expected"
+    else
+        mv -f "$js.tmp" "$js"
+    fi
+    [ "$STATS_RESET_OK" = 1 ] || sum="$sum  (counters not reset before the job)"
+    line=$(printf '%-7s %-8s %-24s %s' "$sc" "$w" "$label" "$sum")
+    echo "$line" >>"$POLICY_TXT"
+    echo "bench:   $line" >&2
+    return 0
+}
 
 # One measurement: scenario workload target-label kind policy file target-index want
 measure() {
@@ -397,6 +441,7 @@ measure() {
     tag=$(tr -c 'A-Za-z0-9._-' '_' <<<"$sc-$w-$label" | sed 's/_*$//')
     json=$OUT/fio/$tag.json
     mapfile -t args < <(fio_args "$w" "$file" "$w")
+    if [ "$kind" = mirrorfs ]; then stats_reset; fi
     a1=$(sectors_read "$N1") b1=$(sectors_read "$N2")
     run_fio "$json" "$want" "$nj" "${args[@]}"
     a2=$(sectors_read "$N1") b2=$(sectors_read "$N2")
@@ -426,6 +471,8 @@ measure() {
     LC_ALL=C printf 'bench:   %-7s %-8s %-24s %9.1f MB/s %8.0f IOPS  p99 %8.0f us  pid %-4s  dev1/dev2 %6.0f/%-6.0f MB  %s\n' \
         "$sc" "$w" "$label" "$mbps" "$iops" "$p99" "$PARITY" "$(awk "BEGIN{print $d1/1e6}")" \
         "$(awk "BEGIN{print $d2/1e6}")" "$status" >&2
+    # what the read policy did during the job (nothing has touched the mount since fio ended)
+    if [ "$kind" = mirrorfs ]; then stats_save "$tag" "$sc" "$w" "$label"; fi
 }
 
 # every workload of scenario sc on one target; parity-sensitive targets run twice
@@ -605,6 +652,6 @@ echo
 cat "$OUT/table.txt"
 echo
 elapsed=$(($(date +%s) - START_TS))
-echo "results: $OUT (results.csv, table.txt, chart.svg, env.txt, fio/*.json) — ${elapsed}s"
+echo "results: $OUT (results.csv, table.txt, policy.txt, chart.svg, env.txt, fio/*.json, stats/*.json) — ${elapsed}s"
 echo "elapsed: ${elapsed}s" >>"$OUT/env.txt"
 [ "$FAILED" -eq 0 ] || die "$FAILED measurement(s) failed (status column; fio logs in $OUT/fio)"
