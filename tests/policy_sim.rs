@@ -66,17 +66,28 @@ fn one_stream_on_a_disk_pair_stays_on_one_disk() {
     let auto = sim(w, "auto");
     assert_eq!(auto.leg_switches(), 0);
     assert_eq!(auto.split_reads(), 0);
-    // One probe of the other disk's seek, once the stream is confirmed (the next is due 2 s
-    // later): one read of 1 MiB.
-    assert_eq!(auto.spread_reads(), 1);
+    // One probe of the other disk, once the stream is confirmed (the next is due 2 s later):
+    // two reads of 1 MiB, a jump and the one that follows it.
+    assert_eq!(auto.spread_reads(), 2);
     assert!(
-        auto.leg_share().iter().any(|&s| s > 99.0),
+        auto.leg_share().iter().any(|&s| s > 98.0),
         "{:?}",
         auto.leg_share()
     );
     assert!(auto.mbs() >= 0.99 * sim(w, "first").mbs());
     // Per-request load balancing moves the stream all the time.
     assert!(sim(w, "queue").leg_switches() > 50);
+}
+
+#[test]
+fn a_stream_on_a_disk_pair_probes_the_other_disk_every_2_s_and_no_more() {
+    let w = seed_workload("2 hdd 1 seq reader", 9_000_000).unwrap();
+    let auto = run(&w, "auto", 0);
+    // At 0.05 s two reads (a jump and the one after it, for the bandwidth), then one at 2.05,
+    // 4.05, 6.05 and 8.05 s.
+    assert_eq!(auto.spread_reads(), 6);
+    assert_eq!(auto.leg_switches(), 0);
+    assert!(auto.mbs() >= 0.99 * run(&w, "first", 0).mbs());
 }
 
 #[test]

@@ -37,9 +37,12 @@
 //!    "HDDs". On a disk a skipped read costs about what reading it would, so disks never
 //!    qualify.
 //! 3. A confirmed stream on one leg sends one whole read to an idle leg of the same speed
-//!    when either leg's positioning figure is missing or 2 s old and it keeps the stream from
-//!    spreading (a probe: one read's time every 2 s on a disk pair), so that a figure taken
-//!    once, or the rotational prior, does not decide for good.
+//!    when that leg's positioning figure is missing or 2 s old and the figures keep the
+//!    stream from spreading (a probe: one read's time every 2 s on a disk pair; the first
+//!    time, the read after it too, for the leg's bandwidth), so that a figure taken once, or
+//!    the rotational prior, does not decide for good. The stream's own leg is busy and
+//!    measures nothing new: once its figure is 2 s old, a fresh one of a leg of the same
+//!    speed stands for it.
 //! 4. A sequential read stays on its stream's leg unless all of: the stream has read at least
 //!    the minimum run there, has been there for the dwell time, and another leg's cost, its
 //!    seek included, is lower by the hysteresis margin. Positional legs (measured seek >= 1 ms):
@@ -302,13 +305,13 @@ impl ReadPolicy for Auto {
 /// Where a sequential stream's read goes when the stream is spread over legs without a
 /// positioning cost (flash, throttled devices, whatever the rotational flag says): the stream
 /// has other reads in flight, its leg and at least one other are equally fast and their
-/// positioning cost is small beside the read's own time ([`SPREAD_SEEK_ENTER`] of it, or
-/// [`SPREAD_SEEK_STAY`] while the stream is spread). Then each whole read goes to the leg where it ends soonest, the
-/// stream's own reads counted as load: with 4 reads in flight on two legs, two on each, every
-/// read at full size. Splitting each read instead halves the requests' size, which a device
-/// with an IOPS limit pays for (the bench rig: 320 IOPS and 150 MB/s, so any piece under
-/// 468 KiB is IOPS-bound). A lone read at a time (`inflight` 0) is left to [`split`].
-/// Candidate index, or `None`.
+/// positioning cost ([`spreading_seeks`]) is small beside the read's own time
+/// ([`SPREAD_SEEK_ENTER`] of it, or [`SPREAD_SEEK_STAY`] while the stream is spread). Then each
+/// whole read goes to the leg where it ends soonest, the stream's own reads counted as load:
+/// with 4 reads in flight on two legs, two on each, every read at full size. Splitting each
+/// read instead halves the requests' size, which a device with an IOPS limit pays for (the
+/// bench rig: 320 IOPS and 150 MB/s, so any piece under 468 KiB is IOPS-bound). A lone read
+/// at a time (`inflight` 0) is left to [`split`]. Candidate index, or `None`.
 fn spread(
     c: &[LegView],
     k: &Costs,
@@ -330,9 +333,10 @@ fn spread(
     if c.iter().all(|l| l.seek_us.is_none()) {
         return None;
     }
+    let seek = spreading_seeks(c, k, req.now_us);
     let fastest = k.svc.iter().copied().fold(f64::INFINITY, f64::min);
     let eligible = |i: usize| {
-        c[i].read_bandwidth.is_some() && k.svc[i] <= fastest && k.seek[i] < limit * k.svc[i]
+        c[i].read_bandwidth.is_some() && k.svc[i] <= fastest && seek[i] < limit * k.svc[i]
     };
     if !eligible(cur) || (0..c.len()).filter(|&i| eligible(i)).count() < 2 {
         return None;
@@ -353,36 +357,70 @@ fn spread(
     Some(pick_min_random(&cost, 0.0, ties))
 }
 
-/// A stream that stays on one leg learns nothing more of the others' positioning cost, and
-/// its own leg measures it only when the stream jumps: a figure taken once (a cold first read,
-/// a noisy throttle) would decide for good. So a confirmed stream on one leg sends one whole
-/// read to an idle leg of the same speed when that leg's or its own leg's figure is missing or
-/// older than [`PROBE_INTERVAL_US`], and the positioning cost is high enough to keep it from
-/// spreading: the idle leg measures a jump, and the stream's own leg a jump over the probed
-/// read on the next one. On a disk pair this costs one read's time every few seconds; on
-/// seek-free legs it is how a stream finds out it may spread. Candidate index, or `None`.
+/// The positioning costs the spreading decision uses: a leg's own figure while it is fresh
+/// (sampled less than [`PROBE_INTERVAL_US`] ago); otherwise the lowest fresh figure of a leg
+/// of the same speed, if there is one. A stream's own leg is never idle, so it
+/// never measures a new figure while the stream reads from it: without this, the figure of
+/// the stream's first read (cold, or caught by a throttle's tick) would decide for good.
+fn spreading_seeks(c: &[LegView], k: &Costs, now_us: u64) -> Vec<f64> {
+    let fresh = |l: &LegView| {
+        l.seek_us.is_some()
+            && l.seek_sampled_us
+                .is_some_and(|t| now_us.saturating_sub(t) < PROBE_INTERVAL_US)
+    };
+    (0..c.len())
+        .map(|i| {
+            if fresh(&c[i]) {
+                return k.seek[i];
+            }
+            (0..c.len())
+                .filter(|&j| j != i && k.svc[j] == k.svc[i] && fresh(&c[j]))
+                .map(|j| k.seek[j])
+                .reduce(f64::min)
+                .unwrap_or(k.seek[i])
+        })
+        .collect()
+}
+
+/// A stream that stays on one leg learns nothing more of the others' positioning cost (and
+/// its own leg, busy with it, nothing of its own). So a confirmed stream on one leg sends one
+/// whole read to an idle leg of the same speed when that leg's figure is missing or older
+/// than [`PROBE_INTERVAL_US`] and the figures keep the stream from spreading: the idle leg
+/// measures a jump, which also stands for the stream's own leg once that one's figure is old
+/// ([`spreading_seeks`]). On a disk pair this costs one read's time every 2 s; on seek-free
+/// legs flagged rotational it is how a stream finds out it may spread. Candidate index, or
+/// `None`.
 fn probe(c: &[LegView], k: &Costs, req: &ReadRequest, cur: usize) -> Option<usize> {
     let s = &req.stream;
-    if !s.sequential
-        || s.split
-        || s.spread
-        || s.run_bytes < SPLIT_MIN_RUN
-        || req.size <= super::SMALL_READ_MAX
+    if !s.sequential || s.split || s.run_bytes < SPLIT_MIN_RUN || req.size <= super::SMALL_READ_MAX
     {
         return None;
+    }
+    if s.spread {
+        // The read after a probe follows it when the probed leg has no bandwidth figure yet:
+        // the probe, a jump, measured only the positioning; a contiguous read measures the
+        // rest (without it, the leg's one large read, seek included, makes it look slower
+        // than it is, and it is never probed again).
+        return (0..c.len()).find(|&j| {
+            j != cur
+                && c[j].last_read_end == Some((req.file, req.offset))
+                && c[j].read_bandwidth.is_none()
+                && outstanding(&c[j]) <= 1
+        });
     }
     let stale = |l: &LegView| {
         l.seek_sampled_us
             .is_none_or(|t| req.now_us.saturating_sub(t) >= PROBE_INTERVAL_US)
     };
     let fastest = k.svc.iter().copied().fold(f64::INFINITY, f64::min);
+    let seek = spreading_seeks(c, k, req.now_us);
     (0..c.len())
         .filter(|&j| {
             j != cur
                 && k.svc[j] <= fastest
                 && outstanding(&c[j]) == 0
-                && (stale(&c[j]) || stale(&c[cur]))
-                && k.seek[j].max(k.seek[cur]) >= SPREAD_SEEK_ENTER * fastest
+                && stale(&c[j])
+                && seek[j].max(seek[cur]) >= SPREAD_SEEK_ENTER * fastest
         })
         .min_by_key(|&j| c[j].seek_sampled_us)
 }
@@ -602,6 +640,73 @@ mod tests {
             p.pick(&[noisy(0, 3), noisy(1, 0)], &spread),
             ReadPlan::Spread(1)
         );
+    }
+
+    #[test]
+    fn an_old_figure_of_the_streams_own_leg_gives_way_to_a_fresh_probe() {
+        let p = Auto::new();
+        let r = seq(64 * MIB, 1 << 20, 0, 64 * MIB, 0, 3);
+        // Leg 0's only figure (the stream's first read, caught by a throttle's tick) says
+        // 5 ms; a probe of leg 1 just now says 0.
+        let at = |l: LegView, t| LegView {
+            seek_sampled_us: Some(t),
+            ..l
+        };
+        let own = |t| {
+            at(
+                LegView {
+                    rotational: true,
+                    ..measured(0, 3, 3125, 150, 5000)
+                },
+                t,
+            )
+        };
+        let probed = at(
+            LegView {
+                rotational: true,
+                ..measured(1, 0, 3125, 150, 0)
+            },
+            990_000,
+        );
+        // While leg 0's figure is fresh it stands; 2 s old, the probe's stands for it.
+        assert!(!matches!(
+            p.pick(&[own(900_000), probed.clone()], &r),
+            ReadPlan::Spread(_)
+        ));
+        let later = ReadRequest {
+            now_us: 2_500_000,
+            ..r.clone()
+        };
+        let probed_later = at(probed, 2_490_000);
+        assert_eq!(
+            p.pick(&[own(100_000), probed_later], &later),
+            ReadPlan::Spread(1)
+        );
+    }
+
+    #[test]
+    fn the_read_after_a_probe_follows_it_until_the_leg_has_a_bandwidth() {
+        let p = Auto::new();
+        let after_probe = ReadRequest {
+            stream: StreamView {
+                spread: true,
+                ..seq(64 * MIB, 1 << 20, 0, 64 * MIB, 0, 3).stream
+            },
+            ..seq(64 * MIB, 1 << 20, 0, 64 * MIB, 0, 3)
+        };
+        let probed = |q, bw: Option<u64>| LegView {
+            read_bandwidth: bw,
+            last_read_end: Some((7, 64 * MIB)),
+            ..hdd(1, q)
+        };
+        assert_eq!(
+            p.pick(&[hdd(0, 3), probed(1, None)], &after_probe),
+            ReadPlan::Spread(1)
+        );
+        // Not once the leg has a bandwidth, nor a second time while the first is in flight.
+        for l in [probed(1, Some(150_000_000)), probed(2, None)] {
+            assert_eq!(p.pick(&[hdd(0, 3), l], &after_probe), ReadPlan::One(0));
+        }
     }
 
     #[test]
