@@ -43,12 +43,20 @@ impl Ewma {
 
     /// As `add`, a new sample weighing at least `alpha`.
     fn add_weighted(&mut self, x: f64, now_us: u64, half_life_us: u64, alpha: f64) {
-        self.samples = self.samples.saturating_add(1);
         let age = now_us.saturating_sub(self.last_us) as f64;
         let decay = 1.0 - (-(age / half_life_us as f64) * std::f64::consts::LN_2).exp();
-        let a = decay.max(alpha).max(1.0 / f64::from(self.samples));
-        self.value += a * (x - self.value);
+        self.add_with(x, decay.max(alpha));
         self.last_us = self.last_us.max(now_us);
+    }
+
+    /// A new sample weighing `alpha` whenever it comes: for means whose samples must weigh
+    /// alike (a weight growing with the time since the previous sample would favour the
+    /// samples that come after a wait, which on a device completing in batches are the slow
+    /// ones).
+    fn add_with(&mut self, x: f64, alpha: f64) {
+        self.samples = self.samples.saturating_add(1);
+        let a = alpha.max(1.0 / f64::from(self.samples));
+        self.value += a * (x - self.value);
     }
 
     fn get(&self) -> Option<f64> {
@@ -81,9 +89,11 @@ pub struct ServiceTime {
 impl ServiceTime {
     /// The smallest weight of a new sample.
     pub const ALPHA: f64 = 1.0 / 8.0;
-    /// The smallest weight of a new sample of the bandwidth: one read's busy time says
-    /// little on a device that completes reads in batches, so the bandwidth averages some
-    /// 64 reads (still at most the half-life's worth of time).
+    /// A jump measures the positioning cost only if its leg had been idle this long, µs.
+    pub const SEEK_IDLE_US: u64 = 10_000;
+    /// The weight of a new sample of the bandwidth: one read's busy time says little on a
+    /// device that completes reads in batches, so the bandwidth averages the last 64 reads or
+    /// so, each alike (not time-decayed).
     pub const BANDWIDTH_ALPHA: f64 = 1.0 / 64.0;
     /// A sample this old has lost half its weight.
     pub const HALF_LIFE_US: u64 = 500_000;
@@ -129,6 +139,9 @@ impl ServiceTime {
         queued: Option<u32>,
     ) {
         let start = now_us.saturating_sub(elapsed_us);
+        let idle_before = self
+            .last_finish_us
+            .map_or(u64::MAX, |f| start.saturating_sub(f));
         let busy_from = match self.last_finish_us {
             Some(f) if f > start => f.min(now_us),
             _ => start,
@@ -145,11 +158,14 @@ impl ServiceTime {
             return;
         }
         self.large_us.add(mean, now_us, h);
-        // A jump on an idle leg: its elapsed time is its own. Without the queue known, the
+        // A jump on a leg idle for a while: its elapsed time is its own, and no device state
+        // left by the reads before it is charged to it (a throttle whose budget the previous
+        // reads used up makes the next read wait for a tick even when idle; after 10 ms the
+        // budget is back, a disk's seek is not). Without the queue known, the
         // overlap-corrected time is the best there is. It measures the positioning cost and
         // stays out of the bandwidth (the first read on a leg would otherwise set both).
         let alone = match queued {
-            Some(q) => (q == 0).then_some(elapsed_us as f64),
+            Some(q) => (q == 0 && idle_before >= Self::SEEK_IDLE_US).then_some(elapsed_us as f64),
             None => Some(st),
         };
         if let (Some(false), Some(t)) = (contiguous, alone) {
@@ -157,9 +173,9 @@ impl ServiceTime {
             self.jump_bytes.add(bytes as f64, now_us, h);
             self.last_jump_us = Some(now_us);
         } else {
-            let a = Self::BANDWIDTH_ALPHA;
-            self.large_busy_us.add_weighted(st, now_us, h, a);
-            self.large_bytes.add_weighted(bytes as f64, now_us, h, a);
+            self.large_busy_us.add_with(st, Self::BANDWIDTH_ALPHA);
+            self.large_bytes
+                .add_with(bytes as f64, Self::BANDWIDTH_ALPHA);
         }
     }
 
@@ -254,12 +270,15 @@ mod tests {
     #[test]
     fn bandwidth_and_seek_cost() {
         // A stream of 1 MiB reads at 100 MB/s (10486 µs each), 4 in flight; every 20th is a
-        // jump handed to the idle leg, costing 8 ms more.
+        // jump handed to the leg after 20 ms idle, costing 8 ms more.
         let mut s = ServiceTime::new();
         let mut now = 0;
         for i in 0..200 {
             let jump = i % 20 == 0;
             let st = 10_486 + if jump { 8000 } else { 0 };
+            if jump {
+                now += 20_000;
+            }
             now += st;
             let (elapsed, queued) = if jump { (st, 0) } else { (4 * st, 3) };
             s.record_queued(1 << 20, elapsed, now, Some(!jump), Some(queued));
@@ -272,13 +291,17 @@ mod tests {
         let seek = s.seek_us().unwrap();
         assert!((7500..8100).contains(&seek), "{seek}");
         // Jumps with reads queued ahead are not positioning samples: their time is not their
-        // own.
+        // own; nor are jumps on a leg idle for less than 10 ms.
         let mut v = LegView::default();
         s.fill(&mut v);
         let sampled = v.seek_sampled_us;
         for _ in 0..50 {
             now += 20_000;
             s.record_queued(1 << 20, 60_000, now, Some(false), Some(2));
+        }
+        for _ in 0..50 {
+            now += 13_000;
+            s.record_queued(1 << 20, 10_000, now, Some(false), Some(0));
         }
         s.fill(&mut v);
         assert_eq!(v.seek_sampled_us, sampled);
@@ -288,8 +311,9 @@ mod tests {
     fn batched_completions_give_the_right_bandwidth() {
         // A throttled device at 150 MB/s that completes reads in pairs: each pair 14 ms after
         // the previous, the second of a pair at once. Per-read rates would average 2 x 150
-        // MB/s and nothing; bytes over busy time give 150, within what the weight of the
-        // newest sample (1/8) moves it by.
+        // MB/s and nothing; bytes over busy time give 150. (Weighted by the time since the
+        // previous sample, the slow first of each pair would count more: on the rig that
+        // read 150 MB/s legs as 32.)
         let mut s = ServiceTime::new();
         let mut now = 100_000;
         for i in 0..100 {
@@ -297,7 +321,7 @@ mod tests {
             s.record_queued(1 << 20, 14_000, now, Some(i % 2 == 1), Some(1));
         }
         let bw = s.read_bandwidth().unwrap();
-        assert!((135_000_000..170_000_000).contains(&bw), "{bw}");
+        assert!((145_000_000..155_000_000).contains(&bw), "{bw}");
     }
 
     #[test]
