@@ -357,17 +357,19 @@ fn spread(
     Some(pick_min_random(&cost, 0.0, ties))
 }
 
+/// The leg measured its positioning cost less than [`PROBE_INTERVAL_US`] ago.
+fn seek_sampled_lately(l: &LegView, now_us: u64) -> bool {
+    l.seek_sampled_us
+        .is_some_and(|t| now_us.saturating_sub(t) < PROBE_INTERVAL_US)
+}
+
 /// The positioning costs the spreading decision uses: a leg's own figure while it is fresh
 /// (sampled less than [`PROBE_INTERVAL_US`] ago); otherwise the lowest fresh figure of a leg
 /// of the same speed, if there is one. A stream's own leg is never idle, so it
 /// never measures a new figure while the stream reads from it: without this, the figure of
 /// the stream's first read (cold, or caught by a throttle's tick) would decide for good.
 fn spreading_seeks(c: &[LegView], k: &Costs, now_us: u64) -> Vec<f64> {
-    let fresh = |l: &LegView| {
-        l.seek_us.is_some()
-            && l.seek_sampled_us
-                .is_some_and(|t| now_us.saturating_sub(t) < PROBE_INTERVAL_US)
-    };
+    let fresh = |l: &LegView| l.seek_us.is_some() && seek_sampled_lately(l, now_us);
     (0..c.len())
         .map(|i| {
             if fresh(&c[i]) {
@@ -408,10 +410,6 @@ fn probe(c: &[LegView], k: &Costs, req: &ReadRequest, cur: usize) -> Option<usiz
                 && outstanding(&c[j]) <= 1
         });
     }
-    let stale = |l: &LegView| {
-        l.seek_sampled_us
-            .is_none_or(|t| req.now_us.saturating_sub(t) >= PROBE_INTERVAL_US)
-    };
     let fastest = k.svc.iter().copied().fold(f64::INFINITY, f64::min);
     let seek = spreading_seeks(c, k, req.now_us);
     (0..c.len())
@@ -419,7 +417,7 @@ fn probe(c: &[LegView], k: &Costs, req: &ReadRequest, cur: usize) -> Option<usiz
             j != cur
                 && k.svc[j] <= fastest
                 && outstanding(&c[j]) == 0
-                && stale(&c[j])
+                && !seek_sampled_lately(&c[j], req.now_us)
                 && seek[j].max(seek[cur]) >= SPREAD_SEEK_ENTER * fastest
         })
         .min_by_key(|&j| c[j].seek_sampled_us)
