@@ -31,24 +31,21 @@ pub(crate) trait Side<T> {
     fn tgt(self) -> R<T>;
 }
 
+/// `side(e)`, unless `e` is the cancellation, which is nobody's failure.
+fn blame(e: Errno, side: fn(Errno) -> Fail) -> Fail {
+    if e == CANCELLED {
+        Fail::Cancelled
+    } else {
+        side(e)
+    }
+}
+
 impl<T> Side<T> for Result<T> {
     fn src(self) -> R<T> {
-        self.map_err(|e| {
-            if e == CANCELLED {
-                Fail::Cancelled
-            } else {
-                Fail::Src(e)
-            }
-        })
+        self.map_err(|e| blame(e, Fail::Src))
     }
     fn tgt(self) -> R<T> {
-        self.map_err(|e| {
-            if e == CANCELLED {
-                Fail::Cancelled
-            } else {
-                Fail::Tgt(e)
-            }
-        })
+        self.map_err(|e| blame(e, Fail::Tgt))
     }
 }
 

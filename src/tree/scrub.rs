@@ -128,15 +128,7 @@ impl Scrub<'_> {
         }
         let rel = Path::new("");
         let leaders = vec![None; self.legs.len()];
-        let cmp = compare::compare_states(
-            &mut self.ctx,
-            &mut self.bufs,
-            &mut states,
-            &leaders,
-            rel,
-            true,
-            false,
-        )?;
+        let cmp = self.compare(&mut states, &leaders, rel, true)?;
         self.note_errors(rel, &states);
         if !cmp.kinds.is_empty() {
             let mut d = compare::difference(rel, &states, &leaders, &cmp);
@@ -240,15 +232,7 @@ impl Scrub<'_> {
                     .map(|e| self.maps[i].peek(rel, &e.node.meta))
             })
             .collect();
-        let cmp = compare::compare_states(
-            &mut self.ctx,
-            &mut self.bufs,
-            &mut states,
-            &leaders,
-            rel,
-            false,
-            false,
-        )?;
+        let cmp = self.compare(&mut states, &leaders, rel, false)?;
         self.report.entries += 1;
         self.note_errors(rel, &states);
         let mut repaired: HashSet<usize> = HashSet::new();
@@ -292,6 +276,26 @@ impl Scrub<'_> {
     }
 
     /// Chooses the good leg and runs `fix(self, good, bad)` for every other version.
+    /// Compares the legs' copies of `rel`. Hard links are compared by the link-group
+    /// leaders the walk found (`leaders`), not by link counts.
+    fn compare(
+        &mut self,
+        states: &mut [LegState],
+        leaders: &[Option<PathBuf>],
+        rel: &Path,
+        is_root: bool,
+    ) -> Result<Cmp> {
+        compare::compare_states(
+            &mut self.ctx,
+            &mut self.bufs,
+            states,
+            leaders,
+            rel,
+            is_root,
+            false,
+        )
+    }
+
     fn repair_with(
         &mut self,
         rel: &Path,
@@ -423,15 +427,7 @@ impl Scrub<'_> {
             .map(|i| compare::load_state(dirs[i], cname, opts))
             .collect();
         let leaders = vec![None; self.legs.len()];
-        let cmp = compare::compare_states(
-            &mut self.ctx,
-            &mut self.bufs,
-            &mut states,
-            &leaders,
-            rel,
-            false,
-            false,
-        )?;
+        let cmp = self.compare(&mut states, &leaders, rel, false)?;
         if cmp.kinds.is_empty() {
             return Ok(());
         }
