@@ -986,7 +986,7 @@ fn random_trees_converge_with_full_and_incremental_sync() {
 // speed (run with: cargo test --release --test tree_engine -- --ignored --nocapture)
 
 #[test]
-#[ignore]
+#[ignore = "a benchmark, not a test: it times sync and scrub of 500 MiB and prints them (cargo test --release --test tree_engine speed -- --ignored --nocapture)"]
 fn speed_of_a_full_sync() {
     let legs = Legs::new(2);
     let files = 2000;
