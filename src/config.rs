@@ -119,6 +119,7 @@ impl MountConfig {
     pub fn parse(option_args: &[String]) -> Result<MountConfig, Vec<String>> {
         let mut c = MountConfig::default();
         let mut errs = Vec::new();
+        let mut entry_timeout_given = false;
         for opt in option_args.iter().flat_map(|a| a.split(',')) {
             let opt = opt.trim();
             if opt.is_empty() {
@@ -128,8 +129,29 @@ impl MountConfig {
                 Some((k, v)) => (k, Some(v)),
                 None => (opt, None),
             };
+            entry_timeout_given |= key == "entry_timeout";
             if let Err(e) = c.apply(key, value) {
                 errs.push(e);
+            }
+        }
+        if !c.default_permissions {
+            // The kernel skips its own checks and trusts names it has cached: a name must not
+            // stay cached, or a lookup by someone without search permission on its directory
+            // would never reach the daemon that checks it.
+            if entry_timeout_given && !c.entry_timeout.is_zero() {
+                errs.push(
+                    "entry_timeout must be 0 with no_default_permissions (cached names would \
+                     skip the daemon's permission checks)"
+                        .into(),
+                );
+            }
+            c.entry_timeout = Duration::ZERO;
+            if c.allow_other && crate::sys::geteuid() != 0 {
+                errs.push(
+                    "no_default_permissions with allow_other needs mirrorfs to run as root (it \
+                     checks access by acting as each caller)"
+                        .into(),
+                );
             }
         }
         if errs.is_empty() {

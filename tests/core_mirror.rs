@@ -64,6 +64,7 @@ fn open_fs(l: &Legs) -> MirrorFs {
             fault_injection: true,
             minfreespace: Some(0),
             write_intent: true,
+            default_permissions: true,
         },
     )
     .unwrap()
@@ -72,7 +73,7 @@ fn open_fs(l: &Legs) -> MirrorFs {
 /// This test process as the caller (`/proc/self` belongs to our uid and gid).
 fn me() -> Caller {
     let m = std::fs::metadata("/proc/self").unwrap();
-    Caller::with_groups(m.uid(), m.gid(), std::process::id())
+    Caller::new(m.uid(), m.gid(), std::process::id())
 }
 
 /// Makes `leg` fail `op` with `errno` (`times` times, or until cleared).
@@ -111,11 +112,19 @@ fn every_change_reaches_every_leg() {
     assert_eq!(fs.write(fh, 0, b"hello mirror").unwrap(), 12);
     assert_eq!(fs.read(fh, 6, 100, 1).unwrap().as_slice(), b"mirror");
     fs.release(fh).unwrap();
-    fs.link(f.attr.ino.0, ROOT_INO, OsStr::new("hard")).unwrap();
+    fs.link(f.attr.ino.0, ROOT_INO, OsStr::new("hard"), &c)
+        .unwrap();
     fs.symlink(ROOT_INO, OsStr::new("sym"), OsStr::new("dir/f"), &c)
         .unwrap();
-    fs.rename(ROOT_INO, OsStr::new("dir"), ROOT_INO, OsStr::new("dir2"), 0)
-        .unwrap();
+    fs.rename(
+        ROOT_INO,
+        OsStr::new("dir"),
+        ROOT_INO,
+        OsStr::new("dir2"),
+        0,
+        &c,
+    )
+    .unwrap();
     let t = TimeSpec::At {
         sec: 1_234_567,
         nsec: 89,
@@ -127,6 +136,7 @@ fn every_change_reaches_every_leg() {
             mtime: Some(t),
             ..SetAttr::default()
         },
+        &c,
     )
     .unwrap();
     for p in &l.paths {
@@ -141,7 +151,7 @@ fn every_change_reaches_every_leg() {
         );
     }
     // One inode for both names, under our own number.
-    let h = fs.lookup(ROOT_INO, OsStr::new("hard")).unwrap();
+    let h = fs.lookup(ROOT_INO, OsStr::new("hard"), &c).unwrap();
     assert_eq!(h.attr.ino, f.attr.ino);
     assert_eq!(h.attr.nlink, 2);
 }
@@ -157,7 +167,7 @@ fn caller_errors_change_nothing_and_drop_no_leg() {
         Errno::EEXIST
     );
     assert_eq!(
-        fs.unlink(ROOT_INO, OsStr::new("missing")).unwrap_err(),
+        fs.unlink(ROOT_INO, OsStr::new("missing"), &c).unwrap_err(),
         Errno::ENOENT
     );
     let long = "x".repeat(256);
@@ -170,7 +180,7 @@ fn caller_errors_change_nothing_and_drop_no_leg() {
     // At the root, `.mirrorfs` is the control file: found by a lookup (an empty regular
     // file), never listed, and neither creatable, removable nor replaceable; the legs'
     // metadata folders stay as they are.
-    let ctl = fs.lookup(ROOT_INO, OsStr::new(".mirrorfs")).unwrap();
+    let ctl = fs.lookup(ROOT_INO, OsStr::new(".mirrorfs"), &c).unwrap();
     assert_eq!(ctl.attr.ino.0, CONTROL_INO);
     assert_eq!(ctl.attr.kind, fuser::FileType::RegularFile);
     assert_eq!(ctl.attr.size, 0);
@@ -179,14 +189,14 @@ fn caller_errors_change_nothing_and_drop_no_leg() {
         fs.mkdir(ROOT_INO, name, 0o755, &c).unwrap_err(),
         Errno::EPERM
     );
-    assert_eq!(fs.unlink(ROOT_INO, name).unwrap_err(), Errno::EPERM);
+    assert_eq!(fs.unlink(ROOT_INO, name, &c).unwrap_err(), Errno::EPERM);
     assert_eq!(
-        fs.rename(ROOT_INO, OsStr::new("d"), ROOT_INO, name, 0)
+        fs.rename(ROOT_INO, OsStr::new("d"), ROOT_INO, name, 0, &c)
             .unwrap_err(),
         Errno::EPERM
     );
     assert_eq!(
-        fs.rename(ROOT_INO, name, ROOT_INO, OsStr::new("stolen"), 0)
+        fs.rename(ROOT_INO, name, ROOT_INO, OsStr::new("stolen"), 0, &c)
             .unwrap_err(),
         Errno::EPERM
     );
@@ -197,7 +207,7 @@ fn caller_errors_change_nothing_and_drop_no_leg() {
             p.display()
         );
     }
-    let fh = fs.opendir(ROOT_INO).unwrap();
+    let fh = fs.opendir(ROOT_INO, &me()).unwrap();
     let mut names = Vec::new();
     fs.readdir(fh, 0, |_, _, _, n| {
         names.push(n.to_os_string());
@@ -251,6 +261,7 @@ fn a_leg_failing_a_truncate_is_dropped_and_left_alone() {
                 size: Some(4),
                 ..SetAttr::default()
             },
+            &me(),
         )
         .unwrap();
     assert_eq!(a.size, 4);
@@ -388,7 +399,7 @@ fn inodes_are_released_when_the_kernel_forgets_them() {
     let fs = open_fs(&l);
     let c = me();
     let e = fs.mkdir(ROOT_INO, OsStr::new("d"), 0o755, &c).unwrap();
-    let again = fs.lookup(ROOT_INO, OsStr::new("d")).unwrap();
+    let again = fs.lookup(ROOT_INO, OsStr::new("d"), &c).unwrap();
     assert_eq!(again.attr.ino, e.attr.ino);
     assert_eq!(fs.live_inodes(), 2);
     fs.forget(e.attr.ino.0, 2);
@@ -422,7 +433,7 @@ fn many_more_objects_than_the_descriptor_budget() {
     for (i, &ino) in inos.iter().enumerate() {
         let a = fs.getattr(ino).unwrap();
         assert_eq!(a.size, format!("f{i}").len() as u64);
-        let fh = fs.open(ino, libc::O_RDWR).unwrap();
+        let fh = fs.open(ino, libc::O_RDWR, &me()).unwrap();
         fs.write(fh, a.size, b"!").unwrap();
         fs.release(fh).unwrap();
         fs.rename(
@@ -431,6 +442,7 @@ fn many_more_objects_than_the_descriptor_budget() {
             dir,
             OsStr::new(&format!("g{i}")),
             0,
+            &me(),
         )
         .unwrap();
     }
@@ -458,11 +470,12 @@ fn an_open_beyond_the_descriptor_budget_touches_no_leg() {
     fs.release(fh).unwrap();
     let ino = e.attr.ino.0;
     let held: Vec<u64> = (0..OPEN_FD_BUDGET / 2)
-        .map(|_| fs.open(ino, libc::O_RDONLY).unwrap())
+        .map(|_| fs.open(ino, libc::O_RDONLY, &me()).unwrap())
         .collect();
     // No room: refused before any leg opens (and so before any leg truncates).
     assert_eq!(
-        fs.open(ino, libc::O_RDWR | libc::O_TRUNC).unwrap_err(),
+        fs.open(ino, libc::O_RDWR | libc::O_TRUNC, &me())
+            .unwrap_err(),
         Errno::ENFILE
     );
     assert_eq!(
@@ -479,6 +492,6 @@ fn an_open_beyond_the_descriptor_budget_touches_no_leg() {
         fs.release(fh).unwrap();
     }
     // Room again once files close.
-    let fh = fs.open(ino, libc::O_RDWR).unwrap();
+    let fh = fs.open(ino, libc::O_RDWR, &me()).unwrap();
     fs.release(fh).unwrap();
 }

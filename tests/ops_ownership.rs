@@ -1,6 +1,8 @@
 //! Ownership and permissions: new nodes belong to the caller (uid, gid, setgid directories,
 //! umask) on every leg, mode bits are enforced, and chown clears setuid like ext4 does.
-//! Non-root actions run `/bin/sh` as nobody (65534:65534) with a chosen umask.
+//! Non-root actions run `/bin/sh` as nobody (65534:65534) with a chosen umask. Each test runs
+//! on 2 and 3 legs, and on a mount with `no_default_permissions`, where the daemon enforces
+//! the same rules by acting as the caller.
 
 #[macro_use]
 mod common;
@@ -9,7 +11,7 @@ use common::*;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-legs_test!(
+access_test!(
     nonroot_creates_own_files,
     setgid_directory_inheritance,
     umask_applies,
@@ -50,9 +52,9 @@ fn public_dir(m: &Mounted, rel: &str) -> PathBuf {
     p
 }
 
-fn nonroot_creates_own_files(n: usize) {
+fn nonroot_creates_own_files(n: usize, opts: &[&str]) {
     require_fuse!();
-    let m = TestMirror::new(n).mount();
+    let m = TestMirror::new(n).options(opts).mount();
     let pubd = public_dir(&m, "pub");
     let q = shq(&pubd);
     sh_as_ok(
@@ -90,9 +92,9 @@ fn nonroot_creates_own_files(n: usize) {
     m.finish();
 }
 
-fn setgid_directory_inheritance(n: usize) {
+fn setgid_directory_inheritance(n: usize, opts: &[&str]) {
     require_fuse!();
-    let m = TestMirror::new(n).mount();
+    let m = TestMirror::new(n).options(opts).mount();
     let users = 100; // group "users" on Debian
     fs::create_dir(m.path("sg")).unwrap();
     chown(m.path("sg"), 0, users).unwrap();
@@ -148,9 +150,9 @@ fn setgid_directory_inheritance(n: usize) {
     m.finish();
 }
 
-fn umask_applies(n: usize) {
+fn umask_applies(n: usize, opts: &[&str]) {
     require_fuse!();
-    let m = TestMirror::new(n).mount();
+    let m = TestMirror::new(n).options(opts).mount();
     let q = shq(m.mnt());
     for (umask, tag) in [
         (0o022, "u022"),
@@ -181,9 +183,9 @@ fn umask_applies(n: usize) {
     m.finish();
 }
 
-fn nonroot_cannot_read_root_0600(n: usize) {
+fn nonroot_cannot_read_root_0600(n: usize, opts: &[&str]) {
     require_fuse!();
-    let m = TestMirror::new(n).mount();
+    let m = TestMirror::new(n).options(opts).mount();
     fs::write(m.path("secret"), b"top secret\n").unwrap();
     chmod(m.path("secret"), 0o600).unwrap();
     fs::write(m.path("public"), b"hello\n").unwrap();
@@ -251,9 +253,9 @@ fn reference_mode(root: &Path, name: &str, f: impl Fn(&Path)) -> u32 {
     lstat_ok(&p).st_mode & 0o7777
 }
 
-fn chown_clears_setuid(n: usize) {
+fn chown_clears_setuid(n: usize, opts: &[&str]) {
     require_fuse!();
-    let m = TestMirror::new(n).mount();
+    let m = TestMirror::new(n).options(opts).mount();
     for (name, mode) in [
         ("suid", 0o4755),
         ("sgid", 0o2755),
@@ -279,9 +281,9 @@ fn chown_clears_setuid(n: usize) {
     m.finish();
 }
 
-fn nonowner_write_clears_setuid(n: usize) {
+fn nonowner_write_clears_setuid(n: usize, opts: &[&str]) {
     require_fuse!();
-    let m = TestMirror::new(n).mount();
+    let m = TestMirror::new(n).options(opts).mount();
     let run = |p: &Path| {
         fs::write(p, b"#!/bin/sh\n").unwrap();
         chmod(p, 0o4777).unwrap();
@@ -294,13 +296,13 @@ fn nonowner_write_clears_setuid(n: usize) {
     m.finish();
 }
 
-legs_test!(nonmember_chmod_setgid_is_stripped);
+access_test!(nonmember_chmod_setgid_is_stripped);
 
 /// A user who is not in a file's group cannot set its setgid bit: chmod g+s silently drops
 /// it (as on ext4, which is the reference here).
-fn nonmember_chmod_setgid_is_stripped(n: usize) {
+fn nonmember_chmod_setgid_is_stripped(n: usize, opts: &[&str]) {
     require_fuse!();
-    let m = TestMirror::new(n).mount();
+    let m = TestMirror::new(n).options(opts).mount();
     let users = 100;
     let setup_dir = |dir: &Path| {
         fs::create_dir_all(dir).unwrap();

@@ -10,6 +10,11 @@ use std::path::{Path, PathBuf};
 /// Exit status for usage errors and for paths that are not mirrorfs mounts.
 pub const EXIT_USAGE: i32 = 2;
 
+/// What a refused change says (EPERM from the daemon, or EACCES from the kernel on the
+/// control file).
+const NOT_ALLOWED: &str = "permission denied: only root (or the user who mounted the mirror) \
+                           may change it";
+
 /// The prefix of every key.
 const PREFIX: &str = "user.mirrorfs.";
 
@@ -86,6 +91,7 @@ fn explain(mount: &Path, key: &str, e: Errno) -> String {
         libc::EROFS => format!("{m}: '{key}' cannot be changed while mounted"),
         libc::EINVAL => format!("{m}: invalid value for '{key}'"),
         libc::ENOENT => format!("{m}: no such file or directory"),
+        libc::EPERM | libc::EACCES => format!("{m}: {key}: {NOT_ALLOWED}"),
         _ => format!("{m}: {key}: {e}"),
     }
 }
@@ -142,6 +148,7 @@ fn command(mount: &Path, key: &str, value: &str, what: &str) -> i32 {
                      or a repair that cannot work here)"
                     .to_string(),
                 libc::ENOTSUP => "not supported yet".to_string(),
+                libc::EPERM | libc::EACCES => NOT_ALLOWED.to_string(),
                 _ => e.to_string(),
             };
             eprintln!("mirrorfs: {}: {what}: {why}", mount.display());

@@ -182,6 +182,7 @@ fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), Stri
         fault_injection: p.config.fault_injection,
         minfreespace: p.config.minfreespace,
         write_intent: p.config.write_intent,
+        default_permissions: p.config.default_permissions,
     };
     let superblocks = p.plan.mounted_superblocks();
     let fs = MirrorFs::new(legs, superblocks, policy, fs_config)

@@ -14,12 +14,18 @@
 //! (`leg=N|NAME op=read|write|...|* errno=EIO|EROFS|ENOSPC|N [times=N]`): on the root or the
 //! control file for every file, on a file for that file only; `clear` removes every rule.
 //!
+//! Who may write: every write (or removal) of a `user.mirrorfs.*` key, settings and commands
+//! alike, needs root, `CAP_SYS_ADMIN` in the requesting process, or the user who mounted a
+//! mirror that root did not mount ([`may_control`]); anyone else gets EPERM and nothing
+//! changes, whatever the modes of the root directory and `default_permissions` say. Reading is
+//! open to everyone who can see the mount (per-file keys need read access to the file).
+//!
 //! None of these keys is stored on a leg, and none is listed by listxattr except on the
 //! control file itself (so `cp -a` and `rsync -X` never copy them). Unknown keys get ENODATA.
 
 use super::inode::{CONTROL_INO, ROOT_INO};
 use super::scrub::ScrubRepair;
-use super::{InodeRef, MirrorFs};
+use super::{Caller, InodeRef, MirrorFs};
 use crate::errno::{Errno, Result};
 use crate::leg::LegIdx;
 use crate::mirror::fault::FaultRule;
@@ -62,6 +68,13 @@ const WRITABLE_KEYS: &[&str] = &[
 
 /// The per-file keys.
 const FILE_KEYS: &[&str] = &["relpath", "allpaths", "readleg", "copies"];
+
+/// Whether a caller may change the mirror through `user.mirrorfs.*`: root, a process holding
+/// `CAP_SYS_ADMIN` (asked only when needed), or the user who mounted the mirror when the
+/// daemon does not run as root (`daemon_uid`).
+pub fn may_control(caller_uid: u32, daemon_uid: u32, cap_sys_admin: impl FnOnce() -> bool) -> bool {
+    caller_uid == 0 || (daemon_uid != 0 && caller_uid == daemon_uid) || cap_sys_admin()
+}
 
 /// How a `user.mirrorfs.*` name relates to an inode.
 enum Key<'a> {
@@ -122,10 +135,20 @@ impl MirrorFs {
     }
 
     /// `getxattr` of `user.mirrorfs.<key>` on `ino`.
-    pub(super) fn control_get(&self, ino: u64, key: &str) -> Result<Vec<u8>> {
+    pub(super) fn control_get(&self, ino: u64, key: &str, caller: &Caller) -> Result<Vec<u8>> {
         match self.classify(ino, key) {
             Key::Mount(k) => self.mount_key(k),
-            Key::File(k) => self.file_key(&self.inodes.get(ino)?, k),
+            Key::File(k) => {
+                let inode = self.inodes.get(ino)?;
+                if !self.config.default_permissions {
+                    // As for any `user.*` attribute: read permission on the file.
+                    self.on_metadata_leg("getxattr", |leg| {
+                        let fd = inode.fd(leg)?;
+                        self.checked(caller, || crate::sys::fd::access(fd.as_fd(), libc::R_OK))
+                    })?;
+                }
+                self.file_key(&inode, k)
+            }
             Key::Fault => Ok(self
                 .mirror
                 .faults()
@@ -137,8 +160,31 @@ impl MirrorFs {
         }
     }
 
-    /// `setxattr` of `user.mirrorfs.<key>` on `ino`. Nothing changes unless the value is good.
-    pub(super) fn control_set(&self, ino: u64, key: &str, value: &[u8]) -> Result<()> {
+    /// Whether `caller` may change the mirror ([`may_control`]).
+    fn caller_may_control(&self, caller: &Caller) -> bool {
+        may_control(caller.uid, crate::sys::geteuid(), || {
+            caller.has_cap_sys_admin()
+        })
+    }
+
+    /// `setxattr` of `user.mirrorfs.<key>` on `ino`. Nothing changes unless the caller may
+    /// control the mirror (EPERM) and the value is good.
+    pub(super) fn control_set(
+        &self,
+        ino: u64,
+        key: &str,
+        value: &[u8],
+        caller: &Caller,
+    ) -> Result<()> {
+        if !self.caller_may_control(caller) {
+            log::info!(
+                "user.mirrorfs.{key}: refused to uid {} (pid {}): only root or the mounting user \
+                 may change the mirror",
+                caller.uid,
+                caller.pid
+            );
+            return Err(Errno::EPERM);
+        }
         match self.classify(ino, key) {
             Key::Mount("read_policy") => {
                 let v = std::str::from_utf8(value).map_err(|_| Errno::EINVAL)?;
@@ -194,8 +240,12 @@ impl MirrorFs {
         }
     }
 
-    /// `removexattr` of `user.mirrorfs.<key>`: nothing of ours can be removed.
-    pub(super) fn control_remove(&self, ino: u64, key: &str) -> Result<()> {
+    /// `removexattr` of `user.mirrorfs.<key>`: nothing of ours can be removed (and only who
+    /// may control the mirror is told so).
+    pub(super) fn control_remove(&self, ino: u64, key: &str, caller: &Caller) -> Result<()> {
+        if !self.caller_may_control(caller) {
+            return Err(Errno::EPERM);
+        }
         match self.classify(ino, key) {
             Key::Mount(_) | Key::File(_) | Key::Fault => Err(Errno::EROFS),
             Key::Unknown => Err(Errno::ENODATA),
@@ -531,5 +581,24 @@ impl MirrorFs {
             }
             _ => Err(Errno::ENODATA),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::may_control;
+
+    #[test]
+    fn only_root_capable_or_the_mounting_user_control() {
+        let never = || panic!("asked for capabilities when the uid settles it");
+        // A root daemon: root, or a capable process; nobody else, whatever it owns.
+        assert!(may_control(0, 0, never));
+        assert!(may_control(1000, 0, || true));
+        assert!(!may_control(1000, 0, || false));
+        assert!(!may_control(65534, 0, || false));
+        // A mirror mounted by user 1000: that user too, and not another.
+        assert!(may_control(1000, 1000, never));
+        assert!(may_control(0, 1000, never));
+        assert!(!may_control(1001, 1000, || false));
     }
 }

@@ -37,10 +37,14 @@ impl ReadData {
     }
 }
 
+/// The kernel's `__FMODE_EXEC` bit in the flags of an open made by execve.
+const FMODE_EXEC: i32 = 0o40;
+
 /// Flags for a leg's own descriptor. `O_APPEND` is dropped: the kernel sends every write with
-/// its final offset, and an appending descriptor would ignore it.
+/// its final offset, and an appending descriptor would ignore it. The kernel's internal
+/// `__FMODE_EXEC` bit is not an open flag.
 fn leg_open_flags(flags: i32) -> i32 {
-    flags & !(libc::O_APPEND | libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY)
+    flags & !(libc::O_APPEND | libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY | FMODE_EXEC)
 }
 
 /// Opens on one leg with `O_DIRECT` when asked, falling back to a buffered descriptor where the
@@ -60,8 +64,9 @@ pub(super) fn open_maybe_direct(
 }
 
 impl MirrorFs {
-    /// Opens the regular file `ino` on every in-sync leg.
-    pub fn open(&self, ino: u64, flags: i32) -> Result<u64> {
+    /// Opens the regular file `ino` on every in-sync leg (as `caller` when the core checks
+    /// access: the leg's kernel checks read and write permission).
+    pub fn open(&self, ino: u64, flags: i32, caller: &Caller) -> Result<u64> {
         let _barrier = self.mirror.barrier();
         if ino == super::inode::CONTROL_INO {
             // Readable (it is empty); its keys are xattrs, not contents.
@@ -81,16 +86,31 @@ impl MirrorFs {
                 Errno::EACCES
             });
         }
+        // execve opens with the kernel's FMODE_EXEC bit: that needs execute permission, not
+        // read permission (a mode 0711 program runs for everyone). The kernel checked the
+        // execute bits; acting as the caller, the leg checks it for the caller, and the
+        // descriptor itself is opened as the daemon.
+        let exec = flags & FMODE_EXEC != 0;
         let flags = leg_open_flags(flags);
+        let legs = self.legs_for(&inode);
+        if exec && !self.config.default_permissions {
+            let leg = self.mirror.metadata_leg();
+            self.checked(caller, || {
+                sys::fd::access(inode.fd(leg)?.as_fd(), libc::X_OK)
+            })?;
+        }
         if flags & libc::O_TRUNC != 0 {
             self.will_change(&inode);
         }
-        let legs = self.legs_for(&inode);
         let admission = self.handles.admit(legs.len())?;
         let opened = self.mirror.fan_out(&legs, "open", |leg| {
             let fd = inode.fd(leg)?;
             let fd = fd.as_fd();
-            open_maybe_direct(flags, |f| sys::fd::reopen(fd, f))
+            let open = |f| sys::fd::reopen(fd, f);
+            match exec {
+                true => open_maybe_direct(flags, open),
+                false => self.checked(caller, || open_maybe_direct(flags, open)),
+            }
         })?;
         let later = flags & !(libc::O_TRUNC | libc::O_EXCL | libc::O_CREAT);
         Ok(self.insert_handle(inode, admission, opened, later))

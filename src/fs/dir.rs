@@ -2,7 +2,7 @@
 
 use super::handle::{DirEntry, OpenDir};
 use super::inode::{Identity, ROOT_INO};
-use super::{attr, Entry, MirrorFs};
+use super::{attr, Caller, Entry, MirrorFs};
 use crate::errno::{Errno, Result};
 use crate::sys;
 use std::ffi::{CString, OsStr};
@@ -21,10 +21,22 @@ pub struct PlusEntry<'a> {
 }
 
 impl MirrorFs {
-    pub fn opendir(&self, ino: u64) -> Result<u64> {
+    /// Opens a directory for listing. When the core checks access, the caller must be able to
+    /// open it for reading on the metadata leg (the listing itself is read as the daemon).
+    pub fn opendir(&self, ino: u64, caller: &Caller) -> Result<u64> {
         let inode = self.inodes.get(ino)?;
         if !inode.is_dir() {
             return Err(Errno::ENOTDIR);
+        }
+        if !self.config.default_permissions {
+            self.on_metadata_leg("opendir", |leg| {
+                let fd = inode.fd(leg)?;
+                // Through /proc: reading needs read permission, not search permission as
+                // `openat(fd, ".")` would.
+                let flags = libc::O_RDONLY | libc::O_DIRECTORY;
+                self.checked(caller, || sys::fd::reopen(fd.as_fd(), flags))
+                    .map(drop)
+            })?;
         }
         Ok(self.handles.insert_dir(OpenDir {
             inode,
@@ -117,7 +129,10 @@ impl MirrorFs {
                 Entry { attr: a }
             } else {
                 let cname = CString::new(e.name.as_bytes()).map_err(|_| Errno::EINVAL)?;
-                match self.lookup_locked(&d.inode, &cname) {
+                // As the daemon: the listing was allowed; looking an entry up as the caller
+                // happens when the caller uses it (names are not cached when the core checks
+                // access, see `config`).
+                match self.lookup_locked(&d.inode, &cname, &Caller::root()) {
                     Ok(entry) => entry,
                     // Gone since the listing was read: skip it.
                     Err(Errno::ENOENT) => continue,

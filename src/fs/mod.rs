@@ -50,6 +50,8 @@ pub struct Entry {
 /// Attribute changes requested by `setattr`.
 #[derive(Clone, Debug, Default)]
 pub struct SetAttr {
+    /// The open file the change came through (ftruncate, futimens...), if any.
+    pub fh: Option<u64>,
     pub mode: Option<u32>,
     pub uid: Option<u32>,
     pub gid: Option<u32>,
@@ -108,6 +110,9 @@ pub struct FsConfig {
     pub minfreespace: Option<u64>,
     /// Keep the write-intent log (`write_intent=off` turns it off).
     pub write_intent: bool,
+    /// The kernel checks access (`default_permissions`); when false, the core does, by running
+    /// each leg operation as the caller (see [`MirrorFs::checked`]).
+    pub default_permissions: bool,
 }
 
 /// The default reserve of a leg of `total` bytes.
@@ -277,6 +282,19 @@ impl MirrorFs {
         })
     }
 
+    /// Runs one leg operation `op` on this thread with the caller's identity when the core
+    /// checks access itself (`no_default_permissions`): the leg's kernel then applies mode
+    /// bits, ACLs, sticky directories and ownership rules exactly as it would to the caller,
+    /// and its refusal (EACCES, EPERM) is the caller's answer on every leg alike. With
+    /// `default_permissions` the kernel has checked already and `op` runs as the daemon.
+    fn checked<T>(&self, caller: &Caller, op: impl FnOnce() -> Result<T>) -> Result<T> {
+        if self.config.default_permissions {
+            return op();
+        }
+        let _creds = sys::creds::CallerCredsGuard::assume(caller)?;
+        op()
+    }
+
     /// Runs a cheap query on the metadata leg, falling back to the next in-sync leg (and
     /// dropping the first) if it fails with an I/O-class error.
     fn on_metadata_leg<T>(&self, what: &str, mut op: impl FnMut(LegIdx) -> Result<T>) -> Result<T> {
@@ -302,6 +320,15 @@ impl MirrorFs {
         D: std::os::fd::AsFd,
         F: Fn(LegIdx) -> Result<D> + Sync,
     {
+        self.align_times(legs, what, false, fd_of)
+    }
+
+    /// As [`align_mtime`](Self::align_mtime), the atime as well when `atime` is set.
+    fn align_times<D, F>(&self, legs: &[LegIdx], what: &str, atime: bool, fd_of: F) -> Result<()>
+    where
+        D: std::os::fd::AsFd,
+        F: Fn(LegIdx) -> Result<D> + Sync,
+    {
         let Some((&first, rest)) = legs.split_first() else {
             return Ok(());
         };
@@ -313,13 +340,19 @@ impl MirrorFs {
             tv_sec: st.st_mtime,
             tv_nsec: st.st_mtime_nsec,
         };
-        let omit = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: libc::UTIME_OMIT,
+        let first_atime = match atime {
+            true => libc::timespec {
+                tv_sec: st.st_atime,
+                tv_nsec: st.st_atime_nsec,
+            },
+            false => libc::timespec {
+                tv_sec: 0,
+                tv_nsec: libc::UTIME_OMIT,
+            },
         };
         self.mirror
             .fan_out(rest, what, |leg| {
-                sys::fd::set_times(fd_of(leg)?.as_fd(), omit, mtime)
+                sys::fd::set_times(fd_of(leg)?.as_fd(), first_atime, mtime)
             })
             .map(drop)
     }

@@ -14,7 +14,7 @@ use std::os::unix::ffi::OsStrExt;
 use super::inode::{Identity, CONTROL_INO};
 
 impl MirrorFs {
-    pub fn lookup(&self, parent: u64, name: &OsStr) -> Result<Entry> {
+    pub fn lookup(&self, parent: u64, name: &OsStr, caller: &Caller) -> Result<Entry> {
         if Self::is_control_name(parent, name) {
             return Ok(Entry {
                 attr: self.control_attr(),
@@ -26,18 +26,24 @@ impl MirrorFs {
             return Err(Errno::ENOTDIR);
         }
         let _dir = p.dir_lock.read();
-        self.lookup_locked(&p, &cname)
+        self.lookup_locked(&p, &cname, caller)
     }
 
-    /// Finds `name` in `p` on every in-sync leg. The caller holds `p.dir_lock`.
-    pub(super) fn lookup_locked(&self, p: &InodeRef, name: &CStr) -> Result<Entry> {
+    /// Finds `name` in `p` on every in-sync leg, as `caller` when the core checks access
+    /// (search permission on `p`). The caller holds `p.dir_lock`.
+    pub(super) fn lookup_locked(
+        &self,
+        p: &InodeRef,
+        name: &CStr,
+        caller: &Caller,
+    ) -> Result<Entry> {
         let legs = self.legs_for(p);
         let results = legs
             .iter()
             .map(|&leg| {
                 let r = self.mirror.check_fault(leg, "lookup");
                 let r = r.and_then(|()| p.fd(leg)).and_then(|dir| {
-                    let fd = sys::fd::open_path_at(dir.as_fd(), name)?;
+                    let fd = self.checked(caller, || sys::fd::open_path_at(dir.as_fd(), name))?;
                     let st = sys::fd::fstat(fd.as_fd())?;
                     Ok((fd, st))
                 });
@@ -171,7 +177,7 @@ impl MirrorFs {
         self.on_metadata_leg("readlink", |leg| sys::fd::read_link(inode.fd(leg)?.as_fd()))
     }
 
-    fn remove(&self, parent: u64, name: &OsStr, dir_entry: bool) -> Result<()> {
+    fn remove(&self, parent: u64, name: &OsStr, dir_entry: bool, caller: &Caller) -> Result<()> {
         let _barrier = self.mirror.barrier();
         if Self::is_control_name(parent, name) {
             return Err(Errno::EPERM);
@@ -184,17 +190,20 @@ impl MirrorFs {
         let what = if dir_entry { "rmdir" } else { "unlink" };
         self.mirror
             .fan_out(&legs, what, |leg| {
-                sys::fd::unlink_at(p.fd(leg)?.as_fd(), &cname, dir_entry)
+                let dir = p.fd(leg)?;
+                self.checked(caller, || {
+                    sys::fd::unlink_at(dir.as_fd(), &cname, dir_entry)
+                })
             })
             .map(drop)
     }
 
-    pub fn unlink(&self, parent: u64, name: &OsStr) -> Result<()> {
-        self.remove(parent, name, false)
+    pub fn unlink(&self, parent: u64, name: &OsStr, caller: &Caller) -> Result<()> {
+        self.remove(parent, name, false, caller)
     }
 
-    pub fn rmdir(&self, parent: u64, name: &OsStr) -> Result<()> {
-        self.remove(parent, name, true)
+    pub fn rmdir(&self, parent: u64, name: &OsStr, caller: &Caller) -> Result<()> {
+        self.remove(parent, name, true, caller)
     }
 
     /// `renameat2`, with `RENAME_NOREPLACE` and `RENAME_EXCHANGE` passed to every leg.
@@ -205,6 +214,7 @@ impl MirrorFs {
         newparent: u64,
         newname: &OsStr,
         flags: u32,
+        caller: &Caller,
     ) -> Result<()> {
         let _barrier = self.mirror.barrier();
         if Self::is_control_name(parent, name) {
@@ -235,13 +245,22 @@ impl MirrorFs {
             .collect();
         self.mirror
             .fan_out(&legs, "rename", |leg| {
-                sys::fd::rename_at(p.fd(leg)?.as_fd(), &old, np.fd(leg)?.as_fd(), &new, flags)
+                let (from, to) = (p.fd(leg)?, np.fd(leg)?);
+                self.checked(caller, || {
+                    sys::fd::rename_at(from.as_fd(), &old, to.as_fd(), &new, flags)
+                })
             })
             .map(drop)
     }
 
     /// A new name for `ino`; the reply carries fresh attributes (nlink and ctime moved).
-    pub fn link(&self, ino: u64, newparent: u64, newname: &OsStr) -> Result<Entry> {
+    pub fn link(
+        &self,
+        ino: u64,
+        newparent: u64,
+        newname: &OsStr,
+        caller: &Caller,
+    ) -> Result<Entry> {
         let _barrier = self.mirror.barrier();
         if ino == CONTROL_INO {
             return Err(Errno::EPERM);
@@ -259,23 +278,79 @@ impl MirrorFs {
             .into_iter()
             .filter(|&l| inode.has_leg(l))
             .collect();
+        // Acting as the caller, the source is named by its path (see `link_as_caller`).
+        let source = (!self.config.default_permissions)
+            .then(|| self.leg_relpath(&inode))
+            .map(|p| p.ok_or(Errno::ENOENT))
+            .transpose()?;
         self.mirror.fan_out(&legs, "link", |leg| {
-            sys::fd::link_at(inode.fd(leg)?.as_fd(), np.fd(leg)?.as_fd(), &new)
+            let dir = np.fd(leg)?;
+            match &source {
+                None => sys::fd::link_at(inode.fd(leg)?.as_fd(), dir.as_fd(), &new),
+                Some(rel) => self.link_as_caller(leg, rel, dir.as_fd(), &new, caller),
+            }
         })?;
-        self.lookup_locked(&np, &new)
+        self.lookup_locked(&np, &new, caller)
     }
 
-    pub fn setattr(&self, ino: u64, set: &SetAttr) -> Result<fuser::FileAttr> {
+    /// `link` on one leg as the caller, so that the leg's kernel applies its rules (search
+    /// permission, `fs.protected_hardlinks`, write permission on the new parent): the source is
+    /// named by its path `rel` under the leg root (opened one component at a time as the
+    /// daemon, the last one looked up as the caller). A descriptor would not do: linking one
+    /// needs CAP_DAC_READ_SEARCH, which the caller's identity does not carry.
+    fn link_as_caller(
+        &self,
+        leg: LegIdx,
+        rel: &[u8],
+        new_dir: BorrowedFd<'_>,
+        new: &CStr,
+        caller: &Caller,
+    ) -> Result<()> {
+        let (parent, name) = match rel.iter().rposition(|&b| b == b'/') {
+            Some(i) => (&rel[..i], &rel[i + 1..]),
+            None => (&b""[..], rel),
+        };
+        let name = std::ffi::CString::new(name).map_err(|_| Errno::EINVAL)?;
+        let root = self.mirror.leg(leg).root()?;
+        let dir = sys::fd::open_beneath(root.as_fd(), parent)?;
+        self.checked(caller, || {
+            sys::fd::link_named(dir.as_fd(), &name, new_dir, new)
+        })
+    }
+
+    pub fn setattr(&self, ino: u64, set: &SetAttr, caller: &Caller) -> Result<fuser::FileAttr> {
         let _barrier = self.mirror.barrier();
         if ino == CONTROL_INO {
             return Err(Errno::EPERM);
         }
         let inode = self.inodes.get(ino)?;
+        // A truncate through an open, writable file (ftruncate, or an open with O_TRUNC) uses
+        // that file's descriptors: the access was checked when it was opened, as the kernel
+        // does (a file created with mode 0 can still be truncated through its descriptor).
+        let handle = match (set.size, set.fh) {
+            (Some(_), Some(fh)) => self
+                .handles
+                .file(fh)
+                .ok()
+                .filter(|h| h.flags & libc::O_ACCMODE != libc::O_RDONLY),
+            _ => None,
+        };
+        // "Both times to now" (utimes(NULL), touch) needs only write permission where explicit
+        // times need ownership. Acting as the caller, the legs get UTIME_NOW itself so that
+        // their kernel applies that rule, and their times are made equal afterwards; as the
+        // daemon, "now" is resolved once and every leg gets the same value.
+        let touch = !self.config.default_permissions
+            && set.atime == Some(TimeSpec::Now)
+            && set.mtime == Some(TimeSpec::Now);
         let now = sys::now_timespec();
         let resolve = |t: Option<TimeSpec>| match t {
             None => libc::timespec {
                 tv_sec: 0,
                 tv_nsec: libc::UTIME_OMIT,
+            },
+            Some(TimeSpec::Now) if touch => libc::timespec {
+                tv_sec: 0,
+                tv_nsec: libc::UTIME_NOW,
             },
             Some(TimeSpec::Now) => now,
             Some(TimeSpec::At { sec, nsec }) => libc::timespec {
@@ -284,6 +359,21 @@ impl MirrorFs {
             },
         };
         let (atime, mtime) = (resolve(set.atime), resolve(set.mtime));
+        // A write by someone else than the owner makes the kernel drop setuid/setgid with a
+        // mode change in the writer's name, which the owner's rules would refuse: a change
+        // that only drops those bits needs only what writing needs (write permission), as on
+        // a local filesystem.
+        let kill_priv = !self.config.default_permissions && self.only_drops_suid(&inode, set)?;
+        if kill_priv {
+            let leg = self.mirror.metadata_leg();
+            self.checked(caller, || {
+                sys::fd::access(inode.fd(leg)?.as_fd(), libc::W_OK)
+            })?;
+        }
+        let as_caller = |op: &dyn Fn() -> Result<()>| match kill_priv {
+            true => op(),
+            false => self.checked(caller, op),
+        };
         self.will_change(&inode);
         let legs = self.legs_for(&inode);
         let _data = set.size.map(|_| inode.data_lock.read());
@@ -298,29 +388,59 @@ impl MirrorFs {
                         Errno::EINVAL
                     });
                 }
-                sys::fd::truncate(fd, size)?;
-            }
-            // Ownership first: a chown clears setuid/setgid bits, and an explicit mode in the
-            // same request (the kernel sends the cleared mode with it) must win.
-            if set.uid.is_some() || set.gid.is_some() {
-                sys::fd::chown(fd, set.uid.unwrap_or(u32::MAX), set.gid.unwrap_or(u32::MAX))?;
-            }
-            if let Some(mode) = set.mode {
-                if !inode.is_symlink() {
-                    sys::fd::chmod(fd, mode & 0o7777)?;
+                match handle.as_ref().and_then(|h| h.fd(leg).ok()) {
+                    Some(f) => sys::fd::ftruncate(f.as_fd(), size)?,
+                    None => self.checked(caller, || sys::fd::truncate(fd, size))?,
                 }
             }
-            if set.atime.is_some() || set.mtime.is_some() {
-                sys::fd::set_times(fd, atime, mtime)?;
-            }
-            Ok(())
+            as_caller(&|| {
+                // Ownership first: a chown clears setuid/setgid bits, and an explicit mode in
+                // the same request (the kernel sends the cleared mode with it) must win.
+                if set.uid.is_some() || set.gid.is_some() {
+                    sys::fd::chown(fd, set.uid.unwrap_or(u32::MAX), set.gid.unwrap_or(u32::MAX))?;
+                }
+                if let Some(mode) = set.mode {
+                    if !inode.is_symlink() {
+                        sys::fd::chmod(fd, mode & 0o7777)?;
+                    }
+                }
+                if set.atime.is_some() || set.mtime.is_some() {
+                    sys::fd::set_times(fd, atime, mtime)?;
+                }
+                Ok(())
+            })
         })?;
-        if set.size.is_some() && set.mtime.is_none() {
-            // Each leg stamped its own clock if the size changed. The legs still in sync, not
-            // `legs`: one may have been dropped by the change above.
+        // The legs still in sync, not `legs`: one may have been dropped by the change above.
+        if touch {
+            // Each leg stamped its own clock.
+            let legs = self.legs_for(&inode);
+            self.align_times(&legs, "set times", true, |leg| inode.fd(leg))?;
+        } else if set.size.is_some() && set.mtime.is_none() {
+            // Each leg stamped its own clock if the size changed.
             let legs = self.legs_for(&inode);
             self.align_mtime(&legs, "set mtime", |leg| inode.fd(leg))?;
         }
         self.stat_inode(&inode)
+    }
+
+    /// Whether `set` only takes setuid/setgid bits off `inode`'s mode (the kernel's
+    /// "kill privileges" after a write or truncate).
+    fn only_drops_suid(&self, inode: &InodeRef, set: &SetAttr) -> Result<bool> {
+        let Some(mode) = set.mode else {
+            return Ok(false);
+        };
+        let others = set.uid.is_some()
+            || set.gid.is_some()
+            || set.size.is_some()
+            || set.atime.is_some()
+            || set.mtime.is_some();
+        if others {
+            return Ok(false);
+        }
+        let now = u32::from(self.stat_inode(inode)?.perm) & 0o7777;
+        let new = mode & 0o7777;
+        let privs = libc::S_ISUID | libc::S_ISGID;
+        // The same but for setuid/setgid, of which some are taken off and none added.
+        Ok(new & !privs == now & !privs && new & privs != now & privs && new & !now == 0)
     }
 }

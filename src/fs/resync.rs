@@ -424,7 +424,11 @@ impl MirrorFs {
             if rel == b"." {
                 return Ok(None);
             }
-            open_beneath(leg_root.as_fd(), &rel)
+            match sys::fd::open_beneath(leg_root.as_fd(), &rel) {
+                Ok(fd) => Ok(Some(fd)),
+                Err(Errno::ENOENT) => Ok(None),
+                Err(e) => Err(e),
+            }
         })?;
         // Open files: a descriptor on the leg's new copy (an old one, from before the leg
         // left, may name a file the resync replaced).
@@ -445,26 +449,4 @@ impl MirrorFs {
         );
         Ok(())
     }
-}
-
-/// Opens `rel` (relative, no `..`) beneath the directory `root` as `O_PATH`, one component at
-/// a time without following symlinks; `None` if it does not exist.
-fn open_beneath(
-    root: std::os::fd::BorrowedFd<'_>,
-    rel: &[u8],
-) -> Result<Option<std::os::fd::OwnedFd>> {
-    let mut cur: Option<std::os::fd::OwnedFd> = None;
-    for comp in rel.split(|&b| b == b'/').filter(|c| !c.is_empty()) {
-        if comp == b".." || comp == b"." {
-            return Err(Errno::EINVAL);
-        }
-        let name = std::ffi::CString::new(comp).map_err(|_| Errno::EINVAL)?;
-        let dir = cur.as_ref().map(|f| f.as_fd()).unwrap_or(root);
-        match sys::fd::open_path_at(dir, &name) {
-            Ok(fd) => cur = Some(fd),
-            Err(Errno::ENOENT) => return Ok(None),
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(cur)
 }

@@ -4,7 +4,7 @@
 //! [`super::control`]): such names are never stored on the legs.
 
 use super::inode::CONTROL_INO;
-use super::{MirrorFs, XattrReply};
+use super::{Caller, MirrorFs, XattrReply};
 use crate::errno::{Errno, Result};
 use crate::sys;
 use std::ffi::{CString, OsStr};
@@ -37,11 +37,18 @@ fn sized(value: Vec<u8>, len: usize, size: u32) -> Result<XattrReply> {
 }
 
 impl MirrorFs {
-    pub fn setxattr(&self, ino: u64, name: &OsStr, value: &[u8], flags: i32) -> Result<()> {
+    pub fn setxattr(
+        &self,
+        ino: u64,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        caller: &Caller,
+    ) -> Result<()> {
         let _barrier = self.mirror.barrier();
         let cname = xattr_name(name)?;
         if let Some(key) = control_key(name) {
-            return self.control_set(ino, key, value);
+            return self.control_set(ino, key, value, caller);
         }
         if ino == CONTROL_INO {
             return Err(Errno::EPERM);
@@ -57,15 +64,22 @@ impl MirrorFs {
         self.will_change(&inode);
         self.mirror
             .fan_out(&legs, "setxattr", |leg| {
-                sys::xattr::set(inode.fd(leg)?.as_fd(), &cname, value, flags)
+                let fd = inode.fd(leg)?;
+                self.checked(caller, || sys::xattr::set(fd.as_fd(), &cname, value, flags))
             })
             .map(drop)
     }
 
-    pub fn getxattr(&self, ino: u64, name: &OsStr, size: u32) -> Result<XattrReply> {
+    pub fn getxattr(
+        &self,
+        ino: u64,
+        name: &OsStr,
+        size: u32,
+        caller: &Caller,
+    ) -> Result<XattrReply> {
         let cname = xattr_name(name)?;
         if let Some(key) = control_key(name) {
-            let v = self.control_get(ino, key)?;
+            let v = self.control_get(ino, key, caller)?;
             let len = v.len();
             return sized(v, len, size);
         }
@@ -77,12 +91,15 @@ impl MirrorFs {
             return Err(Errno::ENODATA);
         }
         let (v, len) = self.on_metadata_leg("getxattr", |leg| {
-            sys::xattr::get(inode.fd(leg)?.as_fd(), &cname, size as usize)
+            let fd = inode.fd(leg)?;
+            self.checked(caller, || {
+                sys::xattr::get(fd.as_fd(), &cname, size as usize)
+            })
         })?;
         sized(v, len, size)
     }
 
-    pub fn listxattr(&self, ino: u64, size: u32) -> Result<XattrReply> {
+    pub fn listxattr(&self, ino: u64, size: u32, caller: &Caller) -> Result<XattrReply> {
         if ino == CONTROL_INO {
             let v = self.control_list();
             let len = v.len();
@@ -93,16 +110,17 @@ impl MirrorFs {
             return sized(Vec::new(), 0, size);
         }
         let (v, len) = self.on_metadata_leg("listxattr", |leg| {
-            sys::xattr::list(inode.fd(leg)?.as_fd(), size as usize)
+            let fd = inode.fd(leg)?;
+            self.checked(caller, || sys::xattr::list(fd.as_fd(), size as usize))
         })?;
         sized(v, len, size)
     }
 
-    pub fn removexattr(&self, ino: u64, name: &OsStr) -> Result<()> {
+    pub fn removexattr(&self, ino: u64, name: &OsStr, caller: &Caller) -> Result<()> {
         let _barrier = self.mirror.barrier();
         let cname = xattr_name(name)?;
         if let Some(key) = control_key(name) {
-            return self.control_remove(ino, key);
+            return self.control_remove(ino, key, caller);
         }
         if ino == CONTROL_INO {
             return Err(Errno::ENODATA);
@@ -115,7 +133,8 @@ impl MirrorFs {
         let legs = self.legs_for(&inode);
         self.mirror
             .fan_out(&legs, "removexattr", |leg| {
-                sys::xattr::remove(inode.fd(leg)?.as_fd(), &cname)
+                let fd = inode.fd(leg)?;
+                self.checked(caller, || sys::xattr::remove(fd.as_fd(), &cname))
             })
             .map(drop)
     }

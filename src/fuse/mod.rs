@@ -42,9 +42,9 @@ fn errno(e: Errno) -> fuser::Errno {
     fuser::Errno::from_i32(e.code())
 }
 
-/// The caller of a request, with supplementary groups (for operations that create or check).
+/// The caller of a request (its supplementary groups are read when an operation needs them).
 fn caller(req: &Request) -> Caller {
-    Caller::with_groups(req.uid(), req.gid(), req.pid())
+    Caller::new(req.uid(), req.gid(), req.pid())
 }
 
 fn time_spec(t: TimeOrNow) -> TimeSpec {
@@ -140,9 +140,13 @@ impl Filesystem for MirrorFuse {
         self.fs.mirror().mark_clean();
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        reply_or_err!(reply, "lookup", self.fs.lookup(parent.0, name), |e| reply
-            .entry(&self.ttl.entry, &e.attr, Generation(0)))
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let r = self.fs.lookup(parent.0, name, &caller(req));
+        reply_or_err!(reply, "lookup", r, |e| reply.entry(
+            &self.ttl.entry,
+            &e.attr,
+            Generation(0)
+        ))
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
@@ -156,7 +160,7 @@ impl Filesystem for MirrorFuse {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -165,7 +169,7 @@ impl Filesystem for MirrorFuse {
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
+        fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
@@ -173,6 +177,7 @@ impl Filesystem for MirrorFuse {
         reply: ReplyAttr,
     ) {
         let set = SetAttr {
+            fh: fh.map(|f| f.0),
             mode,
             uid,
             gid,
@@ -180,8 +185,8 @@ impl Filesystem for MirrorFuse {
             atime: atime.map(time_spec),
             mtime: mtime.map(time_spec),
         };
-        reply_or_err!(reply, "setattr", self.fs.setattr(ino.0, &set), |a| reply
-            .attr(&self.ttl.attr, &a))
+        let r = self.fs.setattr(ino.0, &set, &caller(req));
+        reply_or_err!(reply, "setattr", r, |a| reply.attr(&self.ttl.attr, &a))
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
@@ -224,12 +229,16 @@ impl Filesystem for MirrorFuse {
         ))
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply_empty(reply, "unlink", self.fs.unlink(parent.0, name))
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(
+            reply,
+            "unlink",
+            self.fs.unlink(parent.0, name, &caller(req)),
+        )
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply_empty(reply, "rmdir", self.fs.rmdir(parent.0, name))
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, "rmdir", self.fs.rmdir(parent.0, name, &caller(req)))
     }
 
     fn symlink(
@@ -252,7 +261,7 @@ impl Filesystem for MirrorFuse {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -260,15 +269,20 @@ impl Filesystem for MirrorFuse {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let r = self
-            .fs
-            .rename(parent.0, name, newparent.0, newname, flags.bits());
+        let r = self.fs.rename(
+            parent.0,
+            name,
+            newparent.0,
+            newname,
+            flags.bits(),
+            &caller(req),
+        );
         reply_empty(reply, "rename", r)
     }
 
     fn link(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         newparent: INodeNo,
         newname: &OsStr,
@@ -277,13 +291,14 @@ impl Filesystem for MirrorFuse {
         reply_or_err!(
             reply,
             "link",
-            self.fs.link(ino.0, newparent.0, newname),
+            self.fs.link(ino.0, newparent.0, newname, &caller(req)),
             |e| reply.entry(&self.ttl.entry, &e.attr, Generation(0))
         )
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        reply_or_err!(reply, "open", self.fs.open(ino.0, flags.0), |fh| reply
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let r = self.fs.open(ino.0, flags.0, &caller(req));
+        reply_or_err!(reply, "open", r, |fh| reply
             .opened(FileHandle(fh), FopenFlags::empty()))
     }
 
@@ -353,9 +368,13 @@ impl Filesystem for MirrorFuse {
         reply_empty(reply, "fsync", self.fs.fsync(fh.0, datasync))
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        reply_or_err!(reply, "opendir", self.fs.opendir(ino.0), |fh| reply
-            .opened(FileHandle(fh), FopenFlags::empty()))
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        reply_or_err!(
+            reply,
+            "opendir",
+            self.fs.opendir(ino.0, &caller(req)),
+            |fh| reply.opened(FileHandle(fh), FopenFlags::empty())
+        )
     }
 
     fn readdir(
@@ -425,7 +444,7 @@ impl Filesystem for MirrorFuse {
 
     fn setxattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         name: &OsStr,
         value: &[u8],
@@ -436,20 +455,26 @@ impl Filesystem for MirrorFuse {
         reply_empty(
             reply,
             "setxattr",
-            self.fs.setxattr(ino.0, name, value, flags),
+            self.fs.setxattr(ino.0, name, value, flags, &caller(req)),
         )
     }
 
-    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        reply_xattr(reply, "getxattr", self.fs.getxattr(ino.0, name, size))
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let r = self.fs.getxattr(ino.0, name, size, &caller(req));
+        reply_xattr(reply, "getxattr", r)
     }
 
-    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        reply_xattr(reply, "listxattr", self.fs.listxattr(ino.0, size))
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        reply_xattr(
+            reply,
+            "listxattr",
+            self.fs.listxattr(ino.0, size, &caller(req)),
+        )
     }
 
-    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply_empty(reply, "removexattr", self.fs.removexattr(ino.0, name))
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let r = self.fs.removexattr(ino.0, name, &caller(req));
+        reply_empty(reply, "removexattr", r)
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {

@@ -1,5 +1,7 @@
 //! Acting as the caller on one thread, so that new nodes get the caller's owner and group on
-//! every leg (setgid directories, group membership and the leg's own permission checks included).
+//! every leg (setgid directories, group membership and the leg's own permission checks included),
+//! and, with `no_default_permissions`, so that the leg's kernel decides every access exactly as
+//! it would for the caller (mode bits, ACLs, sticky directories, ownership rules).
 //!
 //! Uses the raw per-thread syscalls: glibc's `setgroups` changes every thread of the process,
 //! and the fan-out runs other requests on other threads at the same time. Order matters: the
@@ -8,54 +10,83 @@
 //! the guard restores the fsuid first.
 
 use crate::errno::{Errno, Result};
+use std::sync::OnceLock;
+
+/// `CAP_SYS_ADMIN`'s bit in a capability set.
+const CAP_SYS_ADMIN: u32 = 21;
 
 /// The identity of the process that made a request.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Caller {
     pub uid: u32,
     pub gid: u32,
+    /// The requesting thread's id (0 for requests the kernel makes itself).
     pub pid: u32,
-    /// Supplementary groups, read from `/proc/PID/status` when needed.
-    pub groups: Vec<u32>,
+    /// Supplementary groups, read from `/proc/PID/status` the first time they are needed.
+    groups: OnceLock<Vec<u32>>,
 }
 
 impl Caller {
-    /// The caller with its supplementary groups looked up (empty if the process is gone).
-    pub fn with_groups(uid: u32, gid: u32, pid: u32) -> Caller {
-        let groups = if uid == 0 {
-            Vec::new()
-        } else {
-            read_groups(pid)
-        };
+    /// The caller of a request; its supplementary groups are looked up when first needed
+    /// (empty if the process is gone by then).
+    pub fn new(uid: u32, gid: u32, pid: u32) -> Caller {
         Caller {
             uid,
             gid,
             pid,
-            groups,
+            groups: OnceLock::new(),
+        }
+    }
+
+    /// A caller with known supplementary groups.
+    pub fn with_groups(uid: u32, gid: u32, pid: u32, groups: Vec<u32>) -> Caller {
+        Caller {
+            uid,
+            gid,
+            pid,
+            groups: OnceLock::from(groups),
         }
     }
 
     /// Root, as used for internal work.
     pub fn root() -> Caller {
-        Caller {
-            uid: 0,
-            gid: 0,
-            pid: 0,
-            groups: Vec::new(),
-        }
+        Caller::with_groups(0, 0, 0, Vec::new())
+    }
+
+    /// The supplementary groups.
+    pub fn groups(&self) -> &[u32] {
+        self.groups.get_or_init(|| {
+            if self.uid == 0 {
+                Vec::new()
+            } else {
+                read_groups(self.pid)
+            }
+        })
+    }
+
+    /// Whether the requesting process holds `CAP_SYS_ADMIN` in its effective set (read from
+    /// `/proc/PID/status`; false when it cannot be read).
+    pub fn has_cap_sys_admin(&self) -> bool {
+        proc_status_field(self.pid, "CapEff:")
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .is_some_and(|caps| caps & (1 << CAP_SYS_ADMIN) != 0)
     }
 }
 
-fn read_groups(pid: u32) -> Vec<u32> {
+/// One field of `/proc/PID/status`, without its name.
+fn proc_status_field(pid: u32, field: &str) -> Option<String> {
     if pid == 0 {
-        return Vec::new();
+        return None;
     }
-    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
-        return Vec::new();
-    };
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
         .lines()
-        .find_map(|l| l.strip_prefix("Groups:"))
+        .find_map(|l| l.strip_prefix(field))
+        .map(str::to_string)
+}
+
+fn read_groups(pid: u32) -> Vec<u32> {
+    proc_status_field(pid, "Groups:")
         .map(|g| {
             g.split_whitespace()
                 .filter_map(|x| x.parse().ok())
@@ -96,7 +127,7 @@ impl CallerCredsGuard {
         if caller.uid == 0 && caller.gid == 0 || super::geteuid() != 0 {
             return Ok(CallerCredsGuard { active: false });
         }
-        set_thread_groups(&caller.groups)?;
+        set_thread_groups(caller.groups())?;
         set_fsgid(caller.gid);
         set_fsuid(caller.uid);
         // setfsuid cannot report failure; ask for the current value to check it.

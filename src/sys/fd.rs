@@ -4,7 +4,7 @@
 use super::{check, check_size};
 use crate::errno::{Errno, Result};
 use std::ffi::{CStr, CString};
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -150,6 +150,45 @@ pub fn link_at(fd: BorrowedFd<'_>, new_dir: BorrowedFd<'_>, new_name: &CStr) -> 
         )
     })
     .map(drop)
+}
+
+/// `linkat(dir, name, new_dir, new_name, 0)`: a new name for the entry `name` of `dir`, without
+/// following it if it is a symlink.
+pub fn link_named(
+    dir: BorrowedFd<'_>,
+    name: &CStr,
+    new_dir: BorrowedFd<'_>,
+    new_name: &CStr,
+) -> Result<()> {
+    // SAFETY: valid C strings and descriptors.
+    check(unsafe {
+        libc::linkat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            new_dir.as_raw_fd(),
+            new_name.as_ptr(),
+            0,
+        )
+    })
+    .map(drop)
+}
+
+/// Opens `rel` (a relative path, `/`-separated, without `.` or `..` components) beneath the
+/// directory `root` as `O_PATH`, one component at a time without following symlinks. An empty
+/// `rel` (or `.`) opens `root` itself again. ENOENT if some component does not exist.
+pub fn open_beneath(root: BorrowedFd<'_>, rel: &[u8]) -> Result<OwnedFd> {
+    let mut cur = open_path_at(root, c".")?;
+    for comp in rel.split(|&b| b == b'/').filter(|c| !c.is_empty()) {
+        if comp == b".." {
+            return Err(Errno::EINVAL);
+        }
+        if comp == b"." {
+            continue;
+        }
+        let name = CString::new(comp).map_err(|_| Errno::EINVAL)?;
+        cur = open_path_at(cur.as_fd(), &name)?;
+    }
+    Ok(cur)
 }
 
 /// The target of the symlink `fd` holds.

@@ -117,6 +117,31 @@ macro_rules! legs_test {
     };
 }
 
+/// Like [`legs_test!`], with a third case on a mount with `no_default_permissions` (the daemon,
+/// not the kernel, enforces access): `mod $name { two_legs, three_legs,
+/// no_default_permissions }` calling `$name(n_legs, options)`.
+#[macro_export]
+macro_rules! access_test {
+    ($($name:ident),+ $(,)?) => {
+        $(
+            mod $name {
+                #[test]
+                fn two_legs() {
+                    super::$name(2, &[]);
+                }
+                #[test]
+                fn three_legs() {
+                    super::$name(3, &[]);
+                }
+                #[test]
+                fn no_default_permissions() {
+                    super::$name(2, &["no_default_permissions"]);
+                }
+            }
+        )+
+    };
+}
+
 // ---------------------------------------------------------------------------------------------
 // errno / libc helpers
 // ---------------------------------------------------------------------------------------------
@@ -868,6 +893,12 @@ impl TestMirror {
     /// Add a `-o` option (`"x=y"` or `"flag"`).
     pub fn option(mut self, opt: &str) -> Self {
         self.options.push(opt.to_string());
+        self
+    }
+
+    /// Add several `-o` options.
+    pub fn options(mut self, opts: &[&str]) -> Self {
+        self.options.extend(opts.iter().map(|o| o.to_string()));
         self
     }
 
