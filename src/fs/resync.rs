@@ -218,6 +218,13 @@ impl MirrorFs {
                 away
             })
         };
+        if paths.is_none() {
+            // Until it has joined, this member needs a full resync, whatever happens to this one.
+            self.mirror
+                .changes()
+                .mark_whole_tree(&id, &self.mirror.in_sync_legs())
+                .map_err(Errno::from)?;
+        }
         leg.set_state(LegState::Resyncing);
         self.mirror.changes().start_away(&id);
         // Every change from now on is a catch-up path; the first pass covers what came before.

@@ -16,6 +16,11 @@
 //! not the whole tree. If the mirror crashed meanwhile, the away log may lack the last second's
 //! paths, but those are still in the intent log: the union of both is complete.
 //!
+//! A full resync writes one more record into the away log when it starts, [`WHOLE_TREE`]: until
+//! the member has joined (and the log is gone), only a full resync can bring it back, even if
+//! the resync failed, was cancelled or the daemon died halfway, and the log has gained paths
+//! since.
+//!
 //! Records are NUL-terminated paths (paths may hold newlines), relative to the leg root,
 //! without a leading `/`; the root itself is `.`.
 
@@ -29,6 +34,9 @@ use std::time::{Duration, Instant};
 
 /// The write-intent log's file name in `.mirrorfs/`.
 pub const INTENT_LOG: &str = "intent.log";
+
+/// The away-log record that stands for the whole tree (no path starts with `/`).
+pub const WHOLE_TREE: &[u8] = b"/";
 
 /// An entry idle for this long is flushed and cleared by the next sweep.
 pub const IDLE: Duration = Duration::from_secs(2);
@@ -317,13 +325,24 @@ impl ChangeLog {
             .unwrap_or_default()
     }
 
-    /// The paths in `leg_id`'s away log on the leg at `root` (`None`: there is no log).
+    /// The paths in `leg_id`'s away log on the leg at `root`; `None` when only a full resync
+    /// will do: there is no log, it cannot be read, or it holds [`WHOLE_TREE`].
     pub fn read_away(root: &Path, leg_id: &str) -> Option<Vec<Vec<u8>>> {
         let p = log_path(root, &away_log_name(leg_id));
         if !p.exists() {
             return None;
         }
-        read_log(&p).ok()
+        read_log(&p)
+            .ok()
+            .filter(|records| !records.iter().any(|r| r == WHOLE_TREE))
+    }
+
+    /// A full resync of `leg_id` begins: its away log on every leg in `legs` says so, durably,
+    /// before the resync writes anything (see [`WHOLE_TREE`]). Returns the first error.
+    pub fn mark_whole_tree(&self, leg_id: &str, legs: &[usize]) -> std::io::Result<()> {
+        let name = away_log_name(leg_id);
+        legs.iter()
+            .try_for_each(|&l| append(&log_path(&self.root(l), &name), &[WHOLE_TREE], true))
     }
 
     /// `leg_id` is back in sync: its away log is no longer kept, and removed from `legs`.
@@ -499,5 +518,28 @@ mod tests {
         assert!(read_log(&log_path(&roots2[0], INTENT_LOG))
             .unwrap()
             .is_empty());
+    }
+
+    #[test]
+    fn a_full_resync_stays_full_until_the_member_joins() {
+        let (_d, roots) = legs(1);
+        let log = ChangeLog::new(roots.clone(), true);
+        assert_eq!(ChangeLog::read_away(&roots[0], "L1"), None, "no log: full");
+        log.start_away("L1");
+        log.will_change(1, &[0], || Some(b"a".to_vec()));
+        log.flush_away(&[0]);
+        assert_eq!(
+            ChangeLog::read_away(&roots[0], "L1"),
+            Some(vec![b"a".to_vec()]),
+            "an away log: incremental"
+        );
+        // A full resync starts, then fails; paths changed meanwhile are logged after the mark.
+        log.mark_whole_tree("L1", &[0]).unwrap();
+        log.will_change(2, &[0], || Some(b"b".to_vec()));
+        log.flush_away(&[0]);
+        assert_eq!(ChangeLog::read_away(&roots[0], "L1"), None, "still full");
+        log.end_away("L1", &[0]);
+        assert_eq!(ChangeLog::read_away(&roots[0], "L1"), None);
+        assert!(!log_path(&roots[0], &away_log_name("L1")).exists());
     }
 }
