@@ -5,8 +5,9 @@
 #                  allow_remount=true and a `mount` shim that runs `mount -i` (no mount.fuse helper);
 #                  the two runs are merged into one result per test.
 #   pass "nobody": every test as user nobody, inside a mode-1777 directory on the mount.
-#   pass "nobody-ndp": the same on a second mirror mounted with no_default_permissions (the
-#                  daemon, not the kernel, refuses what mode bits forbid).
+#   passes "root-ndp", "nobody-ndp": the same (root without the erofs tests) on a second mirror
+#                  mounted with no_default_permissions: the daemon, not the kernel, must refuse
+#                  what mode bits forbid (the root pass's tests switch to nobody and daemon).
 # Each pass ends with "pjdfstest: N passed, N failed, N skipped", where N failed counts only the
 # failures NOT listed in pjdfstest-known-failures.txt. Exit status is non-zero if any pass has such
 # a failure or does not finish, or if the legs differ afterwards.
@@ -156,16 +157,21 @@ check_mirror || rc=1
 unmount_mirror || rc=1
 compare_legs "${LEGS[@]}" || rc=1
 
-# ---- pass nobody-ndp: everything as nobody again, on a mirror mounted with
+# ---- passes root-ndp and nobody-ndp: everything again, as root (whose tests switch to the
+# dummy users for every permission check) and as nobody, on a mirror mounted with
 # no_default_permissions, where the kernel checks nothing and the daemon must refuse what the
 # kernel would (it acts as each caller on the legs).
-say "pjdfstest as nobody, -o no_default_permissions"
 make_workdir pjd-ndp
 W2=$WORKDIR
 chmod 755 "$W2"
-mkdir -p "$W2/sec-nobody"
+mkdir -p "$W2/sec" "$W2/sec-nobody"
 chmod 1777 "$W2/sec-nobody"
 if mount_mirror "$EXT_LEGS" "$W2" no_default_permissions; then
+    say "pjdfstest as root, -o no_default_permissions"
+    incomplete=0
+    run_pjd "$OUT/root-ndp.log" root -c "$W/cfg/main.toml" -p "$MNT" -s "$W2/sec" "$@" || incomplete=1
+    report root-ndp $incomplete "$OUT/root-ndp.log" || rc=1
+    say "pjdfstest as nobody, -o no_default_permissions"
     mkdir -p "$MNT/nobody"
     chmod 1777 "$MNT/nobody"
     incomplete=0
