@@ -16,6 +16,8 @@
 #   make bench-resync   how long a full resync of N=10000 files / MB=2048 MiB takes (root)
 #   make bench-intent   the write-intent log's cost: fio jobs with write_intent=on against off
 #   make lint           cargo fmt --check and cargo clippy -D warnings
+#   make doc-tables     rewrite the option and key tables of README.md and docs/control.md from
+#                       src/config/table.rs (a unit test fails while they differ)
 #   make clean          cargo clean and the external checks' logs
 
 CARGO ?= cargo
@@ -32,7 +34,7 @@ export CARGO_TERM_COLOR := never
 CARGO_TEST_FLAGS ?= --no-fail-fast
 endif
 
-.PHONY: all build build-debug test test-unit test-external demo install lint clean sim bench bench-smoke bench-resync bench-intent
+.PHONY: all build build-debug test test-unit test-external demo install lint clean sim bench bench-smoke bench-resync bench-intent doc-tables
 
 all: build
 
@@ -86,6 +88,9 @@ install: build
 	if [ -f docs/mirrorfs.8 ]; then \
 		install -D -m644 docs/mirrorfs.8 "$(DESTDIR)$(PREFIX)/share/man/man8/mirrorfs.8"; \
 	fi
+
+doc-tables:
+	MIRRORFS_WRITE_DOCS=1 $(CARGO) test --lib doc_tables_follow_the_table
 
 lint:
 	$(CARGO) fmt --check

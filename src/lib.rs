@@ -22,3 +22,4 @@ pub mod stats;
 #[allow(unsafe_code)]
 pub mod sys;
 pub mod tree;
+pub mod value;

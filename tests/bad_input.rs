@@ -487,3 +487,79 @@ fn identical_trees_accepted_at_first_mount() {
     assert_eq!(names, vec!["dir", "top"]);
     m.finish();
 }
+
+/// Every option that takes a value, given every hostile value the parsers are tested with
+/// (signs, NaN, infinities, overflow, junk), through the real binary: one line naming the
+/// option, exit 1, nothing touched; never a panic.
+#[test]
+fn hostile_values_for_every_option() {
+    let d = TestDirs::new(2);
+    let mut tried = 0;
+    for o in mirrorfs::config::table::OPTIONS
+        .iter()
+        .filter(|o| !o.form.is_empty())
+    {
+        for v in mirrorfs::value::HOSTILE {
+            if v.contains('\0') {
+                continue; // cannot be a command-line argument
+            }
+            let mut c = mirrorfs::config::MountConfig::default();
+            if c.apply(o.name, Some(v)).is_ok() || v.contains(',') {
+                continue; // a value this option takes (a size, a name): not hostile to it
+            }
+            expect_rejected(
+                &[
+                    os(d.legs_arg()),
+                    os(&d.mnt),
+                    os("-o"),
+                    os(format!("{}={v}", o.name)),
+                ],
+                &[&format!("invalid value for '{}'", o.name)],
+                &watch_all(&d),
+                Some(&d.mnt),
+            );
+            tried += 1;
+        }
+    }
+    assert!(tried > 200, "only {tried} hostile values tried");
+}
+
+/// More I/O threads than a pids limit allows (threads=256 on 8 legs): one line saying so,
+/// exit 1, nothing on any leg; never a panic.
+#[test]
+fn threads_beyond_a_pids_limit() {
+    require_fuse!();
+    let group =
+        Path::new("/sys/fs/cgroup/pids").join(format!("mirrorfs-test-{}", std::process::id()));
+    fs::create_dir(&group).expect("a pids cgroup (cgroup v1 pids controller)");
+    fs::write(group.join("pids.max"), "200").unwrap();
+    let d = TestDirs::new(8);
+    let before: Vec<_> = d.legs.iter().map(|l| snapshot_tree(l)).collect();
+    let script = format!(
+        "echo $$ > {}/cgroup.procs && exec {} {} {} -o threads=256",
+        shq(&group),
+        shq(mirrorfs_bin()),
+        shq(d.legs_arg()),
+        shq(&d.mnt)
+    );
+    let out = run_timeout(
+        std::process::Command::new("/bin/sh").arg("-c").arg(&script),
+        Duration::from_secs(60),
+    );
+    let _ = fs::remove_dir(&group);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if is_mounted(&d.mnt) {
+        let _ = unmount_path(&d.mnt);
+        panic!("mounted despite the pids limit: {stderr}");
+    }
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("mirrorfs: cannot start 2048 I/O threads"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    for (l, b) in d.legs.iter().zip(&before) {
+        assert_snapshot_eq(b, &snapshot_tree(l), &l.display().to_string());
+    }
+}

@@ -2,6 +2,7 @@
 //! every leg, and a leg that fails halfway through a change is dropped, recorded, and never
 //! trusted again, while the caller's operation succeeds on the others.
 
+use mirrorfs::config::MountConfig;
 use mirrorfs::errno::Errno;
 use mirrorfs::fs::inode::{CONTROL_INO, ROOT_INO};
 use mirrorfs::fs::{Caller, Entry, FsConfig, MirrorFs, SetAttr, TimeSpec};
@@ -56,15 +57,15 @@ fn open_fs(l: &Legs) -> MirrorFs {
         mirrorfs::policy::by_name("first", &[]).unwrap(),
         FsConfig {
             hide_lost_found: false,
-            threads_per_leg: 2,
             fd_budget: FD_BUDGET,
             open_fd_budget: OPEN_FD_BUDGET,
             mount: "/nonexistent/mount".into(),
-            options: mirrorfs::config::MountConfig::default().as_keys("core"),
-            fault_injection: true,
-            minfreespace: Some(0),
-            write_intent: true,
-            default_permissions: true,
+            options: MountConfig {
+                threads: 2,
+                fault_injection: true,
+                minfreespace: Some(0),
+                ..MountConfig::default()
+            },
         },
     )
     .unwrap()
@@ -494,4 +495,97 @@ fn an_open_beyond_the_descriptor_budget_touches_no_leg() {
     // Room again once files close.
     let fh = fs.open(ino, libc::O_RDWR, &me()).unwrap();
     fs.release(fh).unwrap();
+}
+
+/// Everything a caller could change, as the stats and keys show it (times left out).
+fn control_state(fs: &MirrorFs) -> String {
+    let mut v = serde_json::to_value(fs.stats()).unwrap();
+    v["uptime_s"] = 0.into();
+    v["uptime_us"] = 0.into();
+    let mut out = v.to_string();
+    for k in [
+        "read_policy",
+        "minfreespace",
+        "resync_speed_max",
+        "fault",
+        "scrub",
+    ] {
+        let name = format!("user.mirrorfs.{k}");
+        let got = fs.getxattr(ROOT_INO, OsStr::new(&name), 1 << 16, &Caller::root());
+        out.push_str(&format!("\n{k}={got:?}"));
+    }
+    out
+}
+
+/// Every key that can be written, given hostile values (the value parsers' list, and broken
+/// commands): refused, never a panic, and a refused value changes nothing. Only sizes that
+/// are sizes are taken (and `stats_reset` takes anything: writing it is the command).
+#[test]
+fn hostile_values_for_every_writable_key() {
+    use mirrorfs::config::table::{Access, KEYS, OPTIONS};
+    let l = legs(2);
+    let fs = open_fs(&l).shared();
+    let root = Caller::root();
+    let commands: &[&str] = &[
+        "fail",
+        "fail ",
+        "fail leg9",
+        "fail leg99999999999999999999999",
+        "fail leg0 leg1",
+        "add",
+        "add leg1 full extra",
+        "remove",
+        "replace leg1",
+        "replace leg1 /nonexistent/dir",
+        "replace leg1 /",
+        "replace leg1 /proc",
+        "replace leg9 /tmp",
+        "start repair=",
+        "start repair=nope",
+        "start repair=majority",
+        "start start",
+        "leg=1 op=read errno=-5",
+        "leg=1 op=read errno=0",
+        "leg=1 op=read errno=99999999999",
+        "leg=1 times=0",
+        "leg=1 times=-1",
+        "leg=+1",
+        "leg=18446744073709551616",
+        "leg=7",
+        "op=read",
+        "fail\0leg1\0extra",
+        "replace\0leg1",
+    ];
+    let writable: Vec<&str> = OPTIONS
+        .iter()
+        .filter(|o| o.live)
+        .map(|o| o.name)
+        .chain(
+            KEYS.iter()
+                .filter(|k| k.access != Access::Read)
+                .map(|k| k.name),
+        )
+        .collect();
+    assert!(writable.contains(&"leg") && writable.contains(&"fault"));
+    for key in writable {
+        let name = format!("user.mirrorfs.{key}");
+        for v in mirrorfs::value::HOSTILE.iter().chain(commands) {
+            let before = control_state(&fs);
+            let r = fs.setxattr(ROOT_INO, OsStr::new(&name), v.as_bytes(), 0, &root);
+            let may_take = key == "stats_reset"
+                || (matches!(key, "minfreespace" | "resync_speed_max")
+                    && mirrorfs::value::size(v).is_ok());
+            match r {
+                Ok(()) => assert!(may_take, "{key}={v:?} was taken"),
+                Err(e) => {
+                    assert_eq!(
+                        control_state(&fs),
+                        before,
+                        "{key}={v:?} ({e:?}) changed things"
+                    )
+                }
+            }
+        }
+    }
+    assert_eq!(fs.mirror().in_sync_legs(), vec![0, 1]);
 }

@@ -1330,6 +1330,24 @@ fn iostat_reports() {
         let out = mirrorfs(&args);
         assert_exit(&out, 2, &format!("iostat MOUNT {bad:?}"));
     }
+    // Every hostile value as the interval or the count: one usage line, never a panic.
+    for v in mirrorfs::value::HOSTILE
+        .iter()
+        .filter(|v| !v.contains('\0'))
+    {
+        let mut cases = vec![vec![*v]];
+        if mirrorfs::value::count(v, 1, u64::MAX).is_err() {
+            // (A count that is a count, 4294967297, would take that many reports.)
+            cases.push(vec!["0.1", *v]);
+        }
+        for args in cases {
+            let mut a: Vec<OsString> = vec!["iostat".into(), m.mnt().into()];
+            a.extend(args.iter().map(OsString::from));
+            let out = mirrorfs(&a);
+            assert_exit(&out, 2, &format!("iostat MOUNT {args:?}"));
+            assert!(!text(&out.stderr).contains("panicked"), "{args:?}");
+        }
+    }
     let out = mirrorfs(&[OsString::from("iostat"), m.root().into()]);
     assert_exit(&out, 2, "iostat of a plain directory");
     m.finish();

@@ -21,11 +21,11 @@ struct Prepared {
     config: MountConfig,
     checked: Validated,
     plan: ArrayPlan,
-    fsname: String,
 }
 
 fn prepare(args: &Args) -> Result<Prepared, Vec<String>> {
-    let config = MountConfig::parse(&args.options)?;
+    let mut config = MountConfig::parse(&args.options)?;
+    config.fsname.get_or_insert_with(|| args.legs.clone());
     let checked = match validate(&args.legs, &args.mountpoint, config.degraded) {
         Ok(c) => c,
         Err(e) => {
@@ -79,7 +79,6 @@ fn prepare(args: &Args) -> Result<Prepared, Vec<String>> {
         config,
         checked,
         plan,
-        fsname: args.legs.clone(),
     })
 }
 
@@ -174,19 +173,26 @@ fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), Stri
     })?;
     let fs_config = FsConfig {
         hide_lost_found: p.checked.some_leg_is_fs_root,
-        threads_per_leg: p.config.threads,
         fd_budget: (nofile / 2) as usize,
         open_fd_budget: open_fd_budget(nofile as usize, p.config.threads, legs.len()),
         mount: p.checked.mountpoint.clone(),
-        options: p.config.as_keys(&p.fsname),
-        fault_injection: p.config.fault_injection,
-        minfreespace: p.config.minfreespace,
-        write_intent: p.config.write_intent,
-        default_permissions: p.config.default_permissions,
+        options: p.config.clone(),
     };
+    let n_legs = legs.len();
     let superblocks = p.plan.mounted_superblocks();
     let fs = MirrorFs::new(legs, superblocks, policy, fs_config)
-        .map_err(|e| fail(&mut ready, format!("cannot open the legs: {e}")))?
+        .map_err(|e| {
+            let why = match e {
+                crate::errno::Errno::EAGAIN => format!(
+                    "cannot start {} I/O threads ({} per leg, threads={}): {e}",
+                    n_legs * p.config.threads,
+                    p.config.threads,
+                    p.config.threads
+                ),
+                _ => format!("cannot open the legs: {e}"),
+            };
+            fail(&mut ready, why)
+        })?
         .shared();
     fs.set_resync_speed_max(p.config.resync_speed_max);
     fs.mirror().set_unlisted_members(p.plan.unlisted_members);
@@ -213,9 +219,9 @@ fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), Stri
     }
     let ttl = CacheTimeouts {
         attr: p.config.attr_timeout,
-        entry: p.config.entry_timeout,
+        entry: p.config.entry_timeout(),
     };
-    let fuse_config = p.config.fuser_config(&p.fsname);
+    let fuse_config = p.config.fuser_config();
     let mountpoint = p.checked.mountpoint.clone();
     let mut session =
         fuser::Session::new(MirrorFuse::new(fs.clone(), ttl), &mountpoint, &fuse_config).map_err(

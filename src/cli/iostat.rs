@@ -5,7 +5,6 @@
 use super::control::{self, EXIT_USAGE};
 use crate::stats::{LegStats, Stats};
 use std::path::PathBuf;
-use std::time::Duration;
 
 fn usage() -> i32 {
     eprintln!("mirrorfs: usage: mirrorfs iostat [MOUNT] [INTERVAL [COUNT]]");
@@ -77,21 +76,30 @@ pub fn render(now: &Stats, prev: Option<&Stats>) -> String {
 }
 
 pub fn run(args: &[String]) -> i32 {
-    let mut nums = Vec::new();
+    // Numbers (INTERVAL, COUNT) after an optional MOUNT; a number is what `value::seconds`
+    // takes, so "inf", "NaN" or "1e300" are not numbers but a second path: usage.
+    let mut nums: Vec<&str> = Vec::new();
     let mut mount: Option<PathBuf> = None;
     for a in args {
-        if let Ok(n) = a.parse::<f64>() {
-            nums.push(n);
+        if crate::value::seconds(a).is_ok() {
+            nums.push(a);
         } else if a.starts_with('-') || mount.is_some() || !nums.is_empty() {
             return usage();
         } else {
             mount = Some(PathBuf::from(a));
         }
     }
+    let interval = |t: &str| crate::value::seconds(t).ok().filter(|d| !d.is_zero());
     let (interval, count) = match nums.as_slice() {
         [] => (None, Some(1)),
-        [i] if *i > 0.0 => (Some(*i), None),
-        [i, c] if *i > 0.0 && *c >= 1.0 && c.fract() == 0.0 => (Some(*i), Some(*c as u64)),
+        [i] => match interval(i) {
+            Some(i) => (Some(i), None),
+            None => return usage(),
+        },
+        [i, c] => match (interval(i), crate::value::count(c, 1, u64::MAX)) {
+            (Some(i), Ok(c)) => (Some(i), Some(c)),
+            _ => return usage(),
+        },
         _ => return usage(),
     };
     let mount = match mount {
@@ -124,6 +132,6 @@ pub fn run(args: &[String]) -> i32 {
         }
         let Some(i) = interval else { return 0 };
         prev = Some(st);
-        std::thread::sleep(Duration::from_secs_f64(i));
+        std::thread::sleep(i);
     }
 }

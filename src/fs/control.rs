@@ -26,6 +26,7 @@
 use super::inode::{CONTROL_INO, ROOT_INO};
 use super::scrub::ScrubRepair;
 use super::{Caller, InodeRef, MirrorFs};
+use crate::config::table::{self, Access, KeySpec, OptionSpec, Scope};
 use crate::errno::{Errno, Result};
 use crate::leg::LegIdx;
 use crate::mirror::fault::FaultRule;
@@ -42,33 +43,6 @@ pub const CONTROL_NAME: &str = ".mirrorfs";
 /// The handle number an open of the control file gets (real handles start at 1).
 pub const CONTROL_FH: u64 = 0;
 
-/// The informational keys, answered on the control file and the root.
-const INFO_KEYS: &[&str] = &[
-    "stats",
-    "version",
-    "pid",
-    "mount",
-    "state",
-    "legs",
-    "read_policy",
-    "minfreespace",
-    "resync_speed_max",
-    "scrub",
-];
-
-/// Keys that can be written.
-const WRITABLE_KEYS: &[&str] = &[
-    "read_policy",
-    "minfreespace",
-    "resync_speed_max",
-    "stats_reset",
-    "scrub",
-    "leg",
-];
-
-/// The per-file keys.
-const FILE_KEYS: &[&str] = &["relpath", "allpaths", "readleg", "copies"];
-
 /// Whether a caller may change the mirror through `user.mirrorfs.*`: root, a process holding
 /// `CAP_SYS_ADMIN` (asked only when needed), or the user who mounted the mirror when the
 /// daemon does not run as root (`daemon_uid`).
@@ -76,13 +50,15 @@ pub fn may_control(caller_uid: u32, daemon_uid: u32, cap_sys_admin: impl FnOnce(
     caller_uid == 0 || (daemon_uid != 0 && caller_uid == daemon_uid) || cap_sys_admin()
 }
 
-/// How a `user.mirrorfs.*` name relates to an inode.
-enum Key<'a> {
-    /// A mount-wide key (control file or root).
-    Mount(&'a str),
+/// How a `user.mirrorfs.*` name relates to an inode (see [`crate::config::table`]).
+enum Key {
+    /// A mount option (control file or root).
+    Option(&'static OptionSpec),
+    /// Another mount-wide key (control file or root).
+    Mount(&'static KeySpec),
     /// A per-file key.
-    File(&'a str),
-    /// Injected faults (only with `-o fault_injection`).
+    File(&'static KeySpec),
+    /// Injected faults (only with `-o fault_injection`), on any inode.
     Fault,
     /// Nothing we know.
     Unknown,
@@ -116,46 +92,40 @@ impl MirrorFs {
         parent == ROOT_INO && name == CONTROL_NAME
     }
 
-    fn classify<'a>(&self, ino: u64, key: &'a str) -> Key<'a> {
+    fn classify(&self, ino: u64, key: &str) -> Key {
         let mount_wide = ino == CONTROL_INO || ino == ROOT_INO;
-        if key == "fault" && self.config.fault_injection {
-            return Key::Fault;
+        if key == "fault" {
+            return match self.config.options.fault_injection {
+                true => Key::Fault,
+                false => Key::Unknown,
+            };
         }
-        if mount_wide
-            && (INFO_KEYS.contains(&key)
-                || WRITABLE_KEYS.contains(&key)
-                || self.config.options.iter().any(|(k, _)| k == key))
-        {
-            Key::Mount(key)
-        } else if ino != CONTROL_INO && FILE_KEYS.contains(&key) {
-            Key::File(key)
-        } else {
-            Key::Unknown
+        match (table::option(key), table::key(key)) {
+            (Some((o, true)), _) if mount_wide => Key::Option(o),
+            (_, Some(k)) if mount_wide && k.scope == Scope::Mount => Key::Mount(k),
+            (_, Some(k)) if ino != CONTROL_INO && k.scope == Scope::File => Key::File(k),
+            _ => Key::Unknown,
         }
     }
 
     /// `getxattr` of `user.mirrorfs.<key>` on `ino`.
     pub(super) fn control_get(&self, ino: u64, key: &str, caller: &Caller) -> Result<Vec<u8>> {
         match self.classify(ino, key) {
-            Key::Mount(k) => self.mount_key(k),
+            Key::Option(o) => Ok(self.option_value(o).into()),
+            Key::Mount(k) if k.access == Access::WriteOnly => Err(Errno::ENODATA),
+            Key::Mount(k) => self.mount_key(k.name),
             Key::File(k) => {
                 let inode = self.inodes.get(ino)?;
-                if !self.config.default_permissions {
+                if !self.config.options.default_permissions {
                     // As for any `user.*` attribute: read permission on the file.
                     self.on_metadata_leg("getxattr", |leg| {
                         let fd = inode.fd(leg)?;
                         self.checked(caller, || crate::sys::fd::access(fd.as_fd(), libc::R_OK))
                     })?;
                 }
-                self.file_key(&inode, k)
+                self.file_key(&inode, k.name)
             }
-            Key::Fault => Ok(self
-                .mirror
-                .faults()
-                .iter()
-                .map(|r| format!("{r:?}\n"))
-                .collect::<String>()
-                .into()),
+            Key::Fault => self.mount_key("fault"),
             Key::Unknown => Err(Errno::ENODATA),
         }
     }
@@ -185,42 +155,21 @@ impl MirrorFs {
             );
             return Err(Errno::EPERM);
         }
+        let text = || {
+            std::str::from_utf8(value)
+                .map(str::trim)
+                .map_err(|_| Errno::EINVAL)
+        };
         match self.classify(ino, key) {
-            Key::Mount("read_policy") => {
-                let v = std::str::from_utf8(value).map_err(|_| Errno::EINVAL)?;
-                self.mirror.set_policy(v.trim())
-            }
-            Key::Mount("minfreespace") => {
-                let v = std::str::from_utf8(value).map_err(|_| Errno::EINVAL)?;
-                let bytes = crate::config::parse_size(v).ok_or(Errno::EINVAL)?;
-                for leg in self.mirror.legs() {
-                    leg.reserve.store(bytes, Ordering::Relaxed);
-                }
-                log::info!("minfreespace: {bytes} bytes on every leg");
-                Ok(())
-            }
-            Key::Mount("resync_speed_max") => {
-                let v = std::str::from_utf8(value).map_err(|_| Errno::EINVAL)?;
-                let bytes = crate::config::parse_size(v).ok_or(Errno::EINVAL)?;
-                self.set_resync_speed_max(bytes);
-                Ok(())
-            }
-            Key::Mount("scrub") => {
-                let v = std::str::from_utf8(value).map_err(|_| Errno::EINVAL)?;
-                self.scrub_command(v.trim())
-            }
-            Key::Mount("leg") => {
-                let v = std::str::from_utf8(value).map_err(|_| Errno::EINVAL)?;
-                self.leg_command(v.trim())
-            }
-            Key::Mount("stats_reset") => {
+            Key::Option(o) if o.live => self.set_live(o, text()?),
+            Key::Mount(k) if k.name == "scrub" => self.scrub_command(text()?),
+            Key::Mount(k) if k.name == "leg" => self.leg_command(text()?),
+            Key::Mount(k) if k.name == "stats_reset" => {
                 self.reset_stats();
                 Ok(())
             }
             Key::Fault => {
-                let v = std::str::from_utf8(value)
-                    .map_err(|_| Errno::EINVAL)?
-                    .trim();
+                let v = text()?;
                 if v == "clear" {
                     self.mirror.clear_faults();
                     return Ok(());
@@ -233,10 +182,66 @@ impl MirrorFs {
                 self.mirror.inject_fault(rule);
                 Ok(())
             }
-            Key::Mount(_) | Key::File(_) => Err(Errno::EROFS),
+            Key::Option(_) | Key::Mount(_) | Key::File(_) => Err(Errno::EROFS),
             // On ordinary files the whole namespace is reserved: nothing is ever stored.
             Key::Unknown if ino == CONTROL_INO || ino == ROOT_INO => Err(Errno::ENODATA),
             Key::Unknown => Err(Errno::EPERM),
+        }
+    }
+
+    /// Changes a live option while mounted: the value is parsed exactly as `-o` parses it,
+    /// and nothing changes unless it is good (EINVAL).
+    fn set_live(&self, o: &OptionSpec, v: &str) -> Result<()> {
+        let mut parsed = self.config.options.clone();
+        if let Err(why) = (o.apply)(&mut parsed, table::Given::Value(v)) {
+            log::info!(
+                "user.mirrorfs.{}: '{}' refused ({why})",
+                o.name,
+                v.escape_debug()
+            );
+            return Err(Errno::EINVAL);
+        }
+        match o.name {
+            "read_policy" => self.mirror.set_policy(&parsed.read_policy),
+            "minfreespace" => {
+                let bytes = parsed.minfreespace.ok_or(Errno::EINVAL)?;
+                for leg in self.mirror.legs() {
+                    leg.reserve.store(bytes, Ordering::Relaxed);
+                }
+                log::info!("minfreespace: {bytes} bytes on every leg");
+                Ok(())
+            }
+            "resync_speed_max" => {
+                self.set_resync_speed_max(parsed.resync_speed_max);
+                Ok(())
+            }
+            _ => Err(Errno::EROFS),
+        }
+    }
+
+    /// An option's value in force: live options as the running mirror has them, the others as
+    /// given at mount.
+    fn option_value(&self, o: &OptionSpec) -> String {
+        match o.name {
+            "read_policy" => self.mirror.policy_name(),
+            "minfreespace" => {
+                let legs = self.mirror.legs();
+                let r: Vec<u64> = legs
+                    .iter()
+                    .map(|l| l.reserve.load(Ordering::Relaxed))
+                    .collect();
+                if r.iter().all(|&x| x == r[0]) {
+                    r[0].to_string()
+                } else {
+                    legs.iter()
+                        .zip(&r)
+                        .map(|(l, x)| format!("{}={x}", l.name))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                }
+            }
+            "resync_speed_max" => self.recovery.speed_max.load(Ordering::Relaxed).to_string(),
+            _ => (o.show)(&self.config.options),
         }
     }
 
@@ -247,18 +252,21 @@ impl MirrorFs {
             return Err(Errno::EPERM);
         }
         match self.classify(ino, key) {
-            Key::Mount(_) | Key::File(_) | Key::Fault => Err(Errno::EROFS),
+            Key::Option(_) | Key::Mount(_) | Key::File(_) | Key::Fault => Err(Errno::EROFS),
             Key::Unknown => Err(Errno::ENODATA),
         }
     }
 
-    /// The names listxattr shows on the control file: every readable mount-wide key.
+    /// The names listxattr shows on the control file: every readable mount-wide key, then
+    /// every option.
     pub(super) fn control_list(&self) -> Vec<u8> {
         let mut out = Vec::new();
-        let keys = INFO_KEYS
+        let keys = table::KEYS
             .iter()
-            .map(|k| k.to_string())
-            .chain(self.config.options.iter().map(|(k, _)| k.clone()));
+            .filter(|k| k.scope == Scope::Mount && k.access != Access::WriteOnly)
+            .filter(|k| k.name != "fault" || self.config.options.fault_injection)
+            .map(|k| k.name)
+            .chain(table::OPTIONS.iter().map(|o| o.name));
         for k in keys {
             out.extend_from_slice(super::xattr::CONTROL_PREFIX);
             out.extend_from_slice(k.as_bytes());
@@ -282,31 +290,6 @@ impl MirrorFs {
                 .collect::<Vec<_>>()
                 .join(":")
                 .into(),
-            "read_policy" => self.mirror.policy_name().into(),
-            "minfreespace" => {
-                let legs = self.mirror.legs();
-                let r: Vec<u64> = legs
-                    .iter()
-                    .map(|l| l.reserve.load(Ordering::Relaxed))
-                    .collect();
-                if r.iter().all(|&x| x == r[0]) {
-                    r[0].to_string().into()
-                } else {
-                    legs.iter()
-                        .zip(&r)
-                        .map(|(l, x)| format!("{}={x}", l.name))
-                        .collect::<Vec<_>>()
-                        .join(",")
-                        .into()
-                }
-            }
-            "stats_reset" | "leg" => return Err(Errno::ENODATA),
-            "resync_speed_max" => self
-                .recovery
-                .speed_max
-                .load(Ordering::Relaxed)
-                .to_string()
-                .into(),
             "scrub" => match self.scrub_job() {
                 Some(j) => {
                     let names = j.legs.iter().map(|&l| self.mirror.leg(l).name.clone());
@@ -317,10 +300,14 @@ impl MirrorFs {
                 }
                 None => b"none".to_vec(),
             },
-            k => match self.config.options.iter().find(|(o, _)| o == k) {
-                Some((_, v)) => v.clone().into(),
-                None => return Err(Errno::ENODATA),
-            },
+            "fault" => self
+                .mirror
+                .faults()
+                .iter()
+                .map(|r| format!("{r:?}\n"))
+                .collect::<String>()
+                .into(),
+            _ => return Err(Errno::ENODATA),
         };
         Ok(v)
     }

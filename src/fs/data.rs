@@ -93,7 +93,7 @@ impl MirrorFs {
         let exec = flags & FMODE_EXEC != 0;
         let flags = leg_open_flags(flags);
         let legs = self.legs_for(&inode);
-        if exec && !self.config.default_permissions {
+        if exec && !self.config.options.default_permissions {
             let leg = self.mirror.metadata_leg();
             self.checked(caller, || {
                 sys::fd::access(inode.fd(leg)?.as_fd(), libc::X_OK)

@@ -28,7 +28,7 @@ impl MirrorFs {
         if !inode.is_dir() {
             return Err(Errno::ENOTDIR);
         }
-        if !self.config.default_permissions {
+        if !self.config.options.default_permissions {
             self.on_metadata_leg("opendir", |leg| {
                 let fd = inode.fd(leg)?;
                 // Through /proc: reading needs read permission, not search permission as

@@ -92,8 +92,6 @@ pub enum XattrReply {
 pub struct FsConfig {
     /// Hide a root-level `lost+found` (some leg is the root of its own filesystem).
     pub hide_lost_found: bool,
-    /// Worker threads per leg for parallel fan-out.
-    pub threads_per_leg: usize,
     /// Most cached `O_PATH` descriptors open at once (see [`inode`]); the rest of the
     /// open-file limit is left for open files.
     pub fd_budget: usize,
@@ -102,17 +100,11 @@ pub struct FsConfig {
     pub open_fd_budget: usize,
     /// The mount point (`user.mirrorfs.mount`).
     pub mount: std::path::PathBuf,
-    /// The mount options as `user.mirrorfs.<key>` shows them.
-    pub options: Vec<(String, String)>,
-    /// `user.mirrorfs.fault` accepts injected leg faults (tests only).
-    pub fault_injection: bool,
-    /// Free bytes every leg keeps (`minfreespace=`); `None`: 4 GiB, or 5% of the leg if less.
-    pub minfreespace: Option<u64>,
-    /// Keep the write-intent log (`write_intent=off` turns it off).
-    pub write_intent: bool,
-    /// The kernel checks access (`default_permissions`); when false, the core does, by running
-    /// each leg operation as the caller (see [`MirrorFs::checked`]).
-    pub default_permissions: bool,
+    /// The mount options (`-o`). The core reads `threads` (I/O workers per leg),
+    /// `minfreespace`, `write_intent`, `fault_injection` and `default_permissions` (when false,
+    /// the core checks access by running each leg operation as the caller, see
+    /// [`MirrorFs::checked`]); `user.mirrorfs.<option>` shows each.
+    pub options: crate::config::MountConfig,
 }
 
 /// The default reserve of a leg of `total` bytes.
@@ -160,7 +152,7 @@ impl MirrorFs {
             root_fds.push(Some(fd));
         }
         for leg in &legs {
-            let reserve = match config.minfreespace {
+            let reserve = match config.options.minfreespace {
                 Some(r) => r,
                 None => default_reserve(leg.space().map(|(total, _)| total).unwrap_or(0)),
             };
@@ -170,10 +162,10 @@ impl MirrorFs {
         let mirror = Mirror::new(
             legs,
             superblocks,
-            config.threads_per_leg,
+            config.options.threads,
             policy,
-            config.write_intent,
-        );
+            config.options.write_intent,
+        )?;
         Ok(MirrorFs {
             mirror,
             inodes: InodeTable::new(root_fds, &root_ids, config.fd_budget),
@@ -288,7 +280,7 @@ impl MirrorFs {
     /// and its refusal (EACCES, EPERM) is the caller's answer on every leg alike. With
     /// `default_permissions` the kernel has checked already and `op` runs as the daemon.
     fn checked<T>(&self, caller: &Caller, op: impl FnOnce() -> Result<T>) -> Result<T> {
-        if self.config.default_permissions {
+        if self.config.options.default_permissions {
             return op();
         }
         let _creds = sys::creds::CallerCredsGuard::assume(caller)?;

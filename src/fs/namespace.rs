@@ -279,7 +279,7 @@ impl MirrorFs {
             .filter(|&l| inode.has_leg(l))
             .collect();
         // Acting as the caller, the source is named by its path (see `link_as_caller`).
-        let source = (!self.config.default_permissions)
+        let source = (!self.config.options.default_permissions)
             .then(|| self.leg_relpath(&inode))
             .map(|p| p.ok_or(Errno::ENOENT))
             .transpose()?;
@@ -339,7 +339,7 @@ impl MirrorFs {
         // times need ownership. Acting as the caller, the legs get UTIME_NOW itself so that
         // their kernel applies that rule, and their times are made equal afterwards; as the
         // daemon, "now" is resolved once and every leg gets the same value.
-        let touch = !self.config.default_permissions
+        let touch = !self.config.options.default_permissions
             && set.atime == Some(TimeSpec::Now)
             && set.mtime == Some(TimeSpec::Now);
         let now = sys::now_timespec();
@@ -363,7 +363,8 @@ impl MirrorFs {
         // mode change in the writer's name, which the owner's rules would refuse: a change
         // that only drops those bits needs only what writing needs (write permission), as on
         // a local filesystem.
-        let kill_priv = !self.config.default_permissions && self.only_drops_suid(&inode, set)?;
+        let kill_priv =
+            !self.config.options.default_permissions && self.only_drops_suid(&inode, set)?;
         if kill_priv {
             let leg = self.mirror.metadata_leg();
             self.checked(caller, || {

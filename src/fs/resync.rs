@@ -251,13 +251,28 @@ impl MirrorFs {
             self.mirror.leg(source).path().display()
         );
         let fs = self.clone();
-        std::thread::Builder::new()
+        let thread_job = job.clone();
+        let started = std::thread::Builder::new()
             .name("resync".into())
             .spawn(move || {
-                fs.run_resync(&job, source, &id, paths);
+                let run =
+                    std::panic::AssertUnwindSafe(|| fs.run_resync(&thread_job, source, &id, paths));
+                if std::panic::catch_unwind(run).is_err() {
+                    // A bug, not the data: the leg stays out and the job says so.
+                    fs.mirror.leg(thread_job.target).set_state(LegState::Failed);
+                    thread_job.progress.set_phase(Phase::Failed);
+                    *thread_job.state.lock() = "failed: internal error (see the log)".into();
+                }
                 fs.resync_next_stale();
-            })
-            .map_err(|_| Errno::EAGAIN)?;
+            });
+        if let Err(e) = started {
+            // Nothing was written: the leg stays out, and the job says why.
+            leg.set_state(LegState::Failed);
+            job.progress.set_phase(Phase::Failed);
+            *job.state.lock() = format!("failed: cannot start its thread: {e}");
+            log::error!("resync of leg {target}: cannot start its thread: {e}");
+            return Err(Errno::EAGAIN);
+        }
         Ok(())
     }
 

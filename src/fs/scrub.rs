@@ -141,10 +141,22 @@ impl MirrorFs {
         *slot = Some(job.clone());
         drop(slot);
         let fs = self.clone();
-        std::thread::Builder::new()
+        let thread_job = job.clone();
+        let started = std::thread::Builder::new()
             .name("scrub".into())
-            .spawn(move || fs.run_scrub(&job, engine_repair))
-            .map_err(|_| Errno::EAGAIN)?;
+            .spawn(move || {
+                let run = std::panic::AssertUnwindSafe(|| fs.run_scrub(&thread_job, engine_repair));
+                if std::panic::catch_unwind(run).is_err() {
+                    thread_job.progress.set_phase(crate::tree::Phase::Failed);
+                    *thread_job.state.lock() = "failed: internal error (see the log)".into();
+                }
+            });
+        if let Err(e) = started {
+            job.progress.set_phase(crate::tree::Phase::Failed);
+            *job.state.lock() = format!("failed: cannot start its thread: {e}");
+            log::error!("scrub: cannot start its thread: {e}");
+            return Err(Errno::EAGAIN);
+        }
         Ok(())
     }
 

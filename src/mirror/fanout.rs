@@ -24,12 +24,16 @@ pub struct LegWorkers {
 }
 
 impl LegWorkers {
-    /// Starts `threads_per_leg` workers for each of `n_legs` legs.
-    pub fn new(n_legs: usize, threads_per_leg: usize) -> LegWorkers {
-        let mut queues = Vec::new();
-        let mut threads = Vec::new();
+    /// Starts `threads_per_leg` workers for each of `n_legs` legs. A thread that cannot be
+    /// started (a pids or memory limit) is an error, and the ones already started are stopped.
+    pub fn new(n_legs: usize, threads_per_leg: usize) -> std::io::Result<LegWorkers> {
+        let mut workers = LegWorkers {
+            queues: Vec::new(),
+            threads: Vec::new(),
+        };
         for leg in 0..n_legs {
             let (tx, rx) = unbounded::<Job>();
+            workers.queues.push(tx);
             for t in 0..threads_per_leg.max(1) {
                 let rx = rx.clone();
                 let h = std::thread::Builder::new()
@@ -38,13 +42,11 @@ impl LegWorkers {
                         while let Ok(job) = rx.recv() {
                             job();
                         }
-                    })
-                    .expect("spawn leg worker");
-                threads.push(h);
+                    })?;
+                workers.threads.push(h);
             }
-            queues.push(tx);
         }
-        LegWorkers { queues, threads }
+        Ok(workers)
     }
 
     /// Runs `op(leg)` for every leg in `legs` in parallel and returns `(leg, result)` in the
@@ -122,7 +124,7 @@ mod tests {
 
     #[test]
     fn runs_every_leg_once_in_order() {
-        let w = LegWorkers::new(3, 2);
+        let w = LegWorkers::new(3, 2).unwrap();
         let count = AtomicUsize::new(0);
         let out = w.run(&[2, 0, 1], |leg| {
             count.fetch_add(1, Ordering::SeqCst);
@@ -134,7 +136,7 @@ mod tests {
 
     #[test]
     fn legs_run_in_parallel() {
-        let w = LegWorkers::new(3, 1);
+        let w = LegWorkers::new(3, 1).unwrap();
         let t = Instant::now();
         w.run(&[0, 1, 2], |_| {
             std::thread::sleep(Duration::from_millis(100))
@@ -148,7 +150,7 @@ mod tests {
 
     #[test]
     fn borrowed_data_is_safe_and_panics_propagate() {
-        let w = LegWorkers::new(2, 1);
+        let w = LegWorkers::new(2, 1).unwrap();
         let data = vec![1u8; 1000];
         let out = w.run(&[0, 1], |_| data.iter().map(|&b| b as usize).sum::<usize>());
         assert_eq!(out, vec![(0, 1000), (1, 1000)]);

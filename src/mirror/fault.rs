@@ -35,8 +35,8 @@ impl FaultRule {
             let (k, v) = field.split_once('=')?;
             match k {
                 "leg" => {
-                    rule.leg = match v.parse::<usize>() {
-                        Ok(n) => n,
+                    rule.leg = match crate::value::count(v, 0, leg_names.len() as u64) {
+                        Ok(n) => n as usize,
                         Err(_) => leg_names.iter().position(|n| n == v)?,
                     }
                 }
@@ -48,10 +48,12 @@ impl FaultRule {
                         "ENOSPC" => Errno::ENOSPC,
                         "ENODEV" => Errno::ENODEV,
                         "ENXIO" => Errno::ENXIO,
-                        n => Errno(n.parse().ok()?),
+                        n => Errno(crate::value::count(n, 1, 4095).ok()? as i32),
                     }
                 }
-                "times" => rule.times = Some(v.parse().ok().filter(|&t| t > 0)?),
+                "times" => {
+                    rule.times = Some(crate::value::count(v, 1, u32::MAX.into()).ok()? as u32)
+                }
                 _ => return None,
             }
         }

@@ -73,8 +73,14 @@ impl Mirror {
         threads_per_leg: usize,
         policy: Box<dyn ReadPolicy>,
         write_intent: bool,
-    ) -> Mirror {
-        let workers = LegWorkers::new(legs.len(), threads_per_leg);
+    ) -> Result<Mirror> {
+        let workers = LegWorkers::new(legs.len(), threads_per_leg).map_err(|e| {
+            log::error!(
+                "cannot start {} I/O threads ({threads_per_leg} per leg): {e}",
+                legs.len() * threads_per_leg
+            );
+            Errno::from(e)
+        })?;
         let changes = ChangeLog::new(
             legs.iter().map(|l| l.path().clone()).collect(),
             write_intent,
@@ -94,7 +100,7 @@ impl Mirror {
         for id in members.iter().filter(|m| !serving.contains(&m.as_str())) {
             changes.start_away(id);
         }
-        Mirror {
+        Ok(Mirror {
             legs,
             workers,
             policy: RwLock::new(policy),
@@ -106,7 +112,7 @@ impl Mirror {
             stopping: std::sync::atomic::AtomicBool::new(false),
             barrier: RwLock::new(()),
             unlisted: std::sync::atomic::AtomicUsize::new(0),
-        }
+        })
     }
 
     pub fn legs(&self) -> &[Leg] {

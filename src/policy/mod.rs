@@ -216,11 +216,11 @@ pub const POLICY_NAMES: &[&str] = &[
 ];
 
 /// The forms of [`POLICY_NAMES`] as error messages list them.
-const POLICY_FORMS: &str =
-    "auto, first, pid, round-robin[:BYTES], devid:N, leg:NAME, nonrot, queue, latency, md";
+pub const POLICY_FORMS: &str =
+    "auto, first, pid, round-robin[:SIZE], devid:N, leg:NAME, nonrot, queue, latency, md";
 
-/// Checks `spec` without knowing the legs (at option parsing): `Err` holds the one-line
-/// reason. A `leg:NAME` is checked against the legs' names later, by [`by_name`].
+/// Checks `spec` without knowing the legs (at option parsing): `Err` holds the reason. A
+/// `leg:NAME` is checked against the legs' names later, by [`by_name`].
 pub fn check_spec(spec: &str) -> Result<(), String> {
     let ok = match spec.strip_prefix("leg:") {
         Some(name) => !name.is_empty(),
@@ -229,9 +229,7 @@ pub fn check_spec(spec: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "invalid value for 'read_policy': '{spec}' (valid: {POLICY_FORMS})"
-        ))
+        Err(format!("valid: {POLICY_FORMS}"))
     }
 }
 
@@ -248,12 +246,14 @@ pub fn by_name(spec: &str, leg_names: &[String]) -> Option<Box<dyn ReadPolicy>> 
         ("pid", None) => Box::new(pid::Pid),
         ("round-robin", None) => Box::new(round_robin::RoundRobin::new(None)),
         ("round-robin", Some(p)) => Box::new(round_robin::RoundRobin::new(Some(
-            round_robin::parse_bytes(p)?,
+            crate::value::size_in(p, round_robin::MIN_RUN, round_robin::MAX_RUN).ok()?,
         ))),
         ("devid", Some(p)) => {
             // Checked against the legs once they are known (at option parsing they are not).
-            let idx = parse_index(p).filter(|&i| leg_names.is_empty() || i < leg_names.len())?;
-            Box::new(devid::Devid::index(idx))
+            let most = leg_names.len().checked_sub(1).unwrap_or(usize::MAX) as u64;
+            Box::new(devid::Devid::index(
+                crate::value::count(p, 0, most).ok()? as usize
+            ))
         }
         ("leg", Some(p)) => {
             let idx = leg_names.iter().position(|n| n == p)?;
@@ -266,13 +266,6 @@ pub fn by_name(spec: &str, leg_names: &[String]) -> Option<Box<dyn ReadPolicy>> 
         _ => return None,
     };
     Some(policy)
-}
-
-fn parse_index(s: &str) -> Option<usize> {
-    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    s.parse().ok()
 }
 
 /// The candidates a policy may choose from: every leg that is not write-mostly, or, when all
@@ -423,7 +416,7 @@ mod tests {
             assert_eq!(by_name(spec, &legs).unwrap().name(), spec);
             assert!(check_spec(spec).is_ok(), "{spec}");
         }
-        for spec in ["round-robin:262144", "round-robin:4096", "devid:0", "leg:a"] {
+        for spec in ["round-robin:256K", "round-robin:4K", "devid:0", "leg:a"] {
             assert_eq!(by_name(spec, &legs).unwrap().name(), spec);
         }
         assert!(by_name("fastest-please", &[]).is_none());
@@ -442,6 +435,10 @@ mod tests {
             "round-robin:",
             "round-robin:0",
             "round-robin:abc",
+            "round-robin:1e300",
+            "round-robin:-4096",
+            "devid:99999999999999999999999",
+            "devid:1e3",
             "leg:",
             "auto:1",
         ] {

@@ -30,21 +30,17 @@ impl RoundRobin {
     }
 }
 
-/// A run length in bytes: decimal, at least 4096 (btrfs rounds to the sector size; we refuse
-/// what does not make sense rather than round silently), at most 1 GiB.
-pub fn parse_bytes(s: &str) -> Option<u64> {
-    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let n: u64 = s.parse().ok()?;
-    (4096..=1 << 30).contains(&n).then_some(n)
-}
+/// The shortest run `round-robin:SIZE` takes (btrfs rounds to the sector size; we refuse what
+/// does not make sense rather than round silently).
+pub const MIN_RUN: u64 = 4096;
+/// The longest run `round-robin:SIZE` takes.
+pub const MAX_RUN: u64 = 1 << 30;
 
 impl ReadPolicy for RoundRobin {
     fn name(&self) -> String {
         match self.run {
             None => "round-robin".to_string(),
-            Some(n) => format!("round-robin:{n}"),
+            Some(n) => format!("round-robin:{}", crate::value::show_size(n)),
         }
     }
 
@@ -83,7 +79,7 @@ mod tests {
     fn custom_run_and_three_legs() {
         let c = [leg(0, 0), leg(3, 0), leg(4, 0)];
         let p = RoundRobin::new(Some(8192));
-        assert_eq!(p.name(), "round-robin:8192");
+        assert_eq!(p.name(), "round-robin:8K");
         let got = legs_of(&p, &c, &[4096; 8]);
         assert_eq!(got, vec![0, 0, 3, 3, 4, 4, 0, 0]);
     }
@@ -96,10 +92,18 @@ mod tests {
     }
 
     #[test]
-    fn run_lengths_parse() {
-        assert_eq!(parse_bytes("262144"), Some(262144));
-        for bad in ["", "0", "4095", "1k", "-5", "2147483648"] {
-            assert_eq!(parse_bytes(bad), None, "{bad}");
+    fn run_lengths_take_the_size_syntax() {
+        let legs = ["a".to_string()];
+        for (spec, name) in [
+            ("round-robin:262144", "round-robin:256K"),
+            ("round-robin:1M", "round-robin:1M"),
+            ("round-robin:4k", "round-robin:4K"),
+        ] {
+            assert_eq!(super::super::by_name(spec, &legs).unwrap().name(), name);
+        }
+        for bad in ["", "0", "4095", "-5", "2G", "1.5M", "1e9", "inf"] {
+            let spec = format!("round-robin:{bad}");
+            assert!(super::super::by_name(&spec, &legs).is_none(), "{spec}");
         }
     }
 }
