@@ -1,7 +1,7 @@
 # mirrorfs: build, test, try out, install.
 #
 #   make build          release build ($(TARGET_DIR)/release/mirrorfs)
-#   make test           cargo test --all-features, then the external checks (tests/external/run-all.sh,
+#   make test           cargo test --workspace --all-features, then the external checks (tests/external/run-all.sh,
 #                       needs root) against the debug binary; PROFILE=release tests the release one
 #   make test-unit      only cargo test;  make test-external: only the external checks
 #   make demo           build, mount a fresh 2-leg mirror in a temp folder (DEMO_DIR=... to choose),
@@ -47,13 +47,13 @@ build-debug:
 test: test-unit test-external
 
 test-unit:
-	$(CARGO) test --all-features $(CARGO_TEST_FLAGS)
+	$(CARGO) test --workspace --all-features $(CARGO_TEST_FLAGS)
 
 test-external: $(if $(filter release,$(PROFILE)),build,build-debug)
 	MIRRORFS=$(TEST_BIN) EXT_OUT=$(TARGET_DIR)/external tests/external/run-all.sh
 
 sim:
-	$(CARGO) run --release --example sim
+	$(CARGO) run --release -p mirrorfs-sim
 
 bench: build
 	MIRRORFS=$(RELEASE_BIN) bench/run.sh
@@ -93,8 +93,9 @@ doc-tables:
 	MIRRORFS_WRITE_DOCS=1 $(CARGO) test --lib doc_tables_follow_the_table
 
 lint:
-	$(CARGO) fmt --check
-	$(CARGO) clippy --all-targets --all-features -- -D warnings
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
+	scripts/module-deps.py
 
 clean:
 	$(CARGO) clean

@@ -17,7 +17,7 @@ pub mod leg;
 pub mod meta;
 pub mod mirror;
 pub mod policy;
-pub mod sim;
+pub mod recovery;
 pub mod stats;
 #[allow(unsafe_code)]
 pub mod sys;

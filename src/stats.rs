@@ -5,6 +5,7 @@
 //! known (no device, nothing measured yet) is `null`. Fields are only ever added within a
 //! version; a change in meaning moves [`STATS_VERSION`].
 
+pub use crate::leg::LegState;
 use serde::{Deserialize, Serialize};
 
 /// The format's version, the document's first field.
@@ -22,7 +23,7 @@ pub struct Stats {
     pub pid: u32,
     /// ONLINE (every leg in sync), DEGRADED (some leg is not, the data is still served), or
     /// FAULTED (no leg can serve).
-    pub state: String,
+    pub state: MountState,
     pub read_policy: String,
     pub uptime_s: u64,
     /// Microseconds since the mount (for rates between two samples).
@@ -40,6 +41,92 @@ pub struct Stats {
     pub scrub: Option<ScanStats>,
 }
 
+/// The state of the whole mount.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum MountState {
+    /// Every member is in sync.
+    Online,
+    /// Some member is not; the data is still served.
+    Degraded,
+    /// No leg can serve.
+    Faulted,
+}
+
+impl MountState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MountState::Online => "ONLINE",
+            MountState::Degraded => "DEGRADED",
+            MountState::Faulted => "FAULTED",
+        }
+    }
+}
+
+impl std::fmt::Display for MountState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The state of a resync or a scrub. In the document: `"running"`, `"finished"`,
+/// `"cancelled"` or `"failed: REASON"`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JobState {
+    Running,
+    Finished,
+    Cancelled,
+    Failed(String),
+}
+
+impl JobState {
+    pub fn is_running(&self) -> bool {
+        *self == JobState::Running
+    }
+}
+
+impl std::fmt::Display for JobState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            JobState::Running => f.write_str("running"),
+            JobState::Finished => f.write_str("finished"),
+            JobState::Cancelled => f.write_str("cancelled"),
+            JobState::Failed(why) => write!(f, "failed: {why}"),
+        }
+    }
+}
+
+impl std::str::FromStr for JobState {
+    type Err = String;
+    fn from_str(s: &str) -> Result<JobState, String> {
+        match s {
+            "running" => Ok(JobState::Running),
+            "finished" => Ok(JobState::Finished),
+            "cancelled" => Ok(JobState::Cancelled),
+            s => match s.strip_prefix("failed") {
+                Some(why) => Ok(JobState::Failed(
+                    why.trim_start_matches(':').trim_start().to_string(),
+                )),
+                None => Err(format!("unknown job state '{s}'")),
+            },
+        }
+    }
+}
+
+impl Serialize for JobState {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for JobState {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<JobState, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
 /// One leg, in leg order.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct LegStats {
@@ -47,7 +134,7 @@ pub struct LegStats {
     pub path: String,
     /// ONLINE (in sync), FAULTED (dropped after an error), MISSING (not there at mount),
     /// STALE (behind, waiting for its resync), RESYNCING, or REMOVED (`mirrorfs leg remove`).
-    pub state: String,
+    pub state: LegState,
     /// Effective rotational flag, and its source: sysfs, option, measured or unknown.
     pub rotational: bool,
     pub rotational_source: String,
@@ -98,8 +185,8 @@ pub struct LatencyStats {
 /// Progress of a resync or a scrub.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct ScanStats {
-    /// running, finished, cancelled or failed.
-    pub state: String,
+    /// running, finished, cancelled or failed (with the reason).
+    pub state: JobState,
     /// The leg(s) being written (resync) or every leg (scrub).
     pub legs: Vec<String>,
     pub started_unix_s: u64,
@@ -130,6 +217,41 @@ impl ScanStats {
             100.0
         } else {
             (done as f64 * 100.0 / total as f64).min(100.0)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_read_back_as_they_were_written() {
+        for j in [
+            JobState::Running,
+            JobState::Finished,
+            JobState::Cancelled,
+            JobState::Failed("No space left on device (os error 28)".into()),
+        ] {
+            let text = serde_json::to_string(&j).unwrap();
+            assert_eq!(
+                serde_json::from_str::<JobState>(&text).unwrap(),
+                j,
+                "{text}"
+            );
+        }
+        assert_eq!(
+            serde_json::to_string(&JobState::Failed("x".into())).unwrap(),
+            "\"failed: x\""
+        );
+        assert_eq!(
+            serde_json::to_string(&MountState::Degraded).unwrap(),
+            "\"DEGRADED\""
+        );
+        for l in [LegState::InSync, LegState::Failed, LegState::Removed] {
+            let text = serde_json::to_string(&l).unwrap();
+            assert_eq!(text, format!("\"{}\"", l.as_str()));
+            assert_eq!(serde_json::from_str::<LegState>(&text).unwrap(), l);
         }
     }
 }

@@ -54,7 +54,7 @@ fn open_fs(l: &Legs) -> MirrorFs {
     MirrorFs::new(
         legs,
         sbs,
-        mirrorfs::policy::by_name("first", &[]).unwrap(),
+        mirrorfs::policy::by_name_among("first", &[]).unwrap(),
         FsConfig {
             hide_lost_found: false,
             fd_budget: FD_BUDGET,
@@ -524,7 +524,7 @@ fn control_state(fs: &MirrorFs) -> String {
 fn hostile_values_for_every_writable_key() {
     use mirrorfs::config::table::{Access, KEYS, OPTIONS};
     let l = legs(2);
-    let fs = open_fs(&l).shared();
+    let fs = open_fs(&l);
     let root = Caller::root();
     let commands: &[&str] = &[
         "fail",

@@ -20,7 +20,7 @@
 //! 8. adopting existing data at the first mount (`init_from=` when the legs differ);
 //! 9. `mirrorfs leg replace` while a file is open for writing.
 //!
-//! Resyncs are awaited by polling the statistics (`resync.state == "finished"`, every leg
+//! Resyncs are awaited by polling the statistics (`resync.state == JobState::Finished`, every leg
 //! ONLINE) with a timeout, never by fixed sleeps. fio runs in the test's temp dir with
 //! `--verify_state_save=0`, so no `*-verify.state` file lands in the working directory.
 
@@ -28,7 +28,7 @@
 mod common;
 
 use common::*;
-use mirrorfs::stats::Stats;
+use mirrorfs::stats::{JobState, LegState, MountState, Stats};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{OsStr, OsString};
@@ -224,17 +224,17 @@ fn wait_resynced(mnt: &Path) -> Stats {
         let st = stats(mnt);
         if let Some(r) = &st.resync {
             assert!(
-                r.state == "running" || r.state == "finished",
+                r.state == JobState::Running || r.state == JobState::Finished,
                 "the resync ended as {:?}: {st:?}",
                 r.state
             );
-            if r.state == "finished"
+            if r.state == JobState::Finished
                 && st
                     .legs
                     .iter()
-                    .all(|l| l.state == "ONLINE" || l.state == "REMOVED")
+                    .all(|l| l.state == LegState::InSync || l.state == LegState::Removed)
             {
-                assert_eq!(st.state, "ONLINE", "{st:?}");
+                assert_eq!(st.state, MountState::Online, "{st:?}");
                 let (_, report) = status(mnt);
                 assert!(
                     report.contains("resync finished") && report.contains("state: ONLINE"),
@@ -514,12 +514,16 @@ fn read_repair(n: usize, check_times: bool) {
         (1, 1, 0),
         "leg0's read_errors, read_repairs, write_errors: {l0:?}"
     );
-    assert_eq!(l0.state, "ONLINE", "a repaired leg stays in the mirror");
-    assert_eq!((st.state.as_str(), st.legs_online), ("ONLINE", n));
+    assert_eq!(
+        l0.state,
+        LegState::InSync,
+        "a repaired leg stays in the mirror"
+    );
+    assert_eq!((st.state, st.legs_online), (MountState::Online, n));
     for l in &st.legs[1..] {
         assert_eq!(
-            (l.read_errors, l.read_repairs, l.state.as_str()),
-            (0, 0, "ONLINE"),
+            (l.read_errors, l.read_repairs, l.state),
+            (0, 0, LegState::InSync),
             "{l:?}"
         );
     }
@@ -584,16 +588,20 @@ fn persistent_read_fault_with_failing_repair_drops_the_leg(n: usize) {
 
     let st = stats(&mnt);
     let l0 = &st.legs[0];
-    assert_eq!(l0.state, "FAULTED", "leg0 could not be repaired: {l0:?}");
+    assert_eq!(
+        l0.state,
+        LegState::Failed,
+        "leg0 could not be repaired: {l0:?}"
+    );
     assert!(l0.read_errors >= 1, "{l0:?}");
     assert_eq!(l0.read_repairs, 0, "{l0:?}");
     assert!(
         l0.write_errors >= 1,
         "the failed repair is a write error: {l0:?}"
     );
-    assert_eq!((st.state.as_str(), st.legs_online), ("DEGRADED", n - 1));
+    assert_eq!((st.state, st.legs_online), (MountState::Degraded, n - 1));
     for l in &st.legs[1..] {
-        assert_eq!(l.state, "ONLINE", "{l:?}");
+        assert_eq!(l.state, LegState::InSync, "{l:?}");
     }
     let (code, report) = status(&mnt);
     assert_eq!(code, Some(1), "status of a degraded mount:\n{report}");
@@ -785,9 +793,9 @@ fn a_leg_fills_up() {
         phase1.total() - before
     );
     let st = stats(&mnt);
-    assert_eq!((st.state.as_str(), st.legs_online), ("ONLINE", 2));
+    assert_eq!((st.state, st.legs_online), (MountState::Online, 2));
     for l in &st.legs {
-        assert_eq!((l.state.as_str(), l.write_errors), ("ONLINE", 0), "{l:?}");
+        assert_eq!((l.state, l.write_errors), (LegState::InSync, 0), "{l:?}");
     }
     let (code, report) = status(&mnt);
     assert_eq!(
@@ -821,7 +829,11 @@ fn a_leg_fills_up() {
         avail(m.leg(1))
     );
     let st = stats(&mnt);
-    assert_eq!((st.state.as_str(), st.legs_online), ("ONLINE", 2), "{st:?}");
+    assert_eq!(
+        (st.state, st.legs_online),
+        (MountState::Online, 2),
+        "{st:?}"
+    );
     for leg in m.legs() {
         phase1.assert_on_leg(leg, true);
     }
@@ -837,11 +849,11 @@ fn a_leg_fills_up() {
     }
     let st = stats(&mnt);
     assert_eq!(
-        (st.legs[0].state.as_str(), st.legs[1].state.as_str()),
-        ("ONLINE", "FAULTED"),
+        (st.legs[0].state, st.legs[1].state),
+        (LegState::InSync, LegState::Failed),
         "the small leg ran out of space: it is dropped, the big one serves: {st:?}"
     );
-    assert_eq!((st.state.as_str(), st.legs_online), ("DEGRADED", 1));
+    assert_eq!((st.state, st.legs_online), (MountState::Degraded, 1));
     let (code, report) = status(&mnt);
     assert_eq!(
         code,
@@ -927,7 +939,11 @@ fn a_leg_fills_up() {
     // Every member is in sync: the next mount needs no resync.
     let _r = mount_ok(m.legs(), m.mnt(), &[]);
     let st = stats(m.mnt());
-    assert_eq!((st.state.as_str(), st.legs_online), ("ONLINE", 2), "{st:?}");
+    assert_eq!(
+        (st.state, st.legs_online),
+        (MountState::Online, 2),
+        "{st:?}"
+    );
     assert!(st.resync.is_none(), "a resync at the next mount: {st:?}");
 }
 
@@ -976,10 +992,10 @@ fn a_leg_missing_at_mount() {
     // Served with degraded.
     let mut r = mount_ok(&legs, &mnt, &["degraded"]);
     let st = stats(&mnt);
-    assert_eq!((st.state.as_str(), st.legs_online), ("DEGRADED", 1));
+    assert_eq!((st.state, st.legs_online), (MountState::Degraded, 1));
     assert_eq!(
-        (st.legs[0].state.as_str(), st.legs[1].state.as_str()),
-        ("ONLINE", "MISSING")
+        (st.legs[0].state, st.legs[1].state),
+        (LegState::InSync, LegState::Missing)
     );
     let (code, report) = status(&mnt);
     assert_eq!(code, Some(1), "status with a missing leg:\n{report}");
@@ -1065,16 +1081,16 @@ fn a_leg_missing_at_mount() {
     let opts = [RESYNC_THROTTLE, "read_policy=leg:leg1"];
     let mut r = mount_ok(&legs, &mnt, &opts);
     let st = stats(&mnt);
-    assert_eq!(st.legs[0].state, "ONLINE", "{st:?}");
+    assert_eq!(st.legs[0].state, LegState::InSync, "{st:?}");
     assert!(
-        ["STALE", "RESYNCING"].contains(&st.legs[1].state.as_str()),
+        [LegState::Stale, LegState::Resyncing].contains(&st.legs[1].state),
         "the returning leg right after the mount: {:?}",
         st.legs[1]
     );
-    assert_eq!((st.state.as_str(), st.legs_online), ("DEGRADED", 1));
+    assert_eq!((st.state, st.legs_online), (MountState::Degraded, 1));
     assert!(
         wait_for(Duration::from_secs(10), || stats(&mnt).legs[1].state
-            == "RESYNCING"),
+            == LegState::Resyncing),
         "leg1 is not RESYNCING 10 s after the mount: {:?}",
         stats(&mnt)
     );
@@ -1114,7 +1130,8 @@ fn a_leg_missing_at_mount() {
     fs::write(mnt.join("sub/newdir/late"), &late).unwrap();
     let st = stats(&mnt);
     assert_eq!(
-        st.legs[1].state, "RESYNCING",
+        st.legs[1].state,
+        LegState::Resyncing,
         "the resync ended before the reads were done (the throttle should make it last ~4 s): \
          the check below would prove nothing"
     );
@@ -1168,7 +1185,11 @@ fn a_leg_missing_at_mount() {
     // The next mount needs no resync.
     let _r = mount_ok(&legs, &mnt, &[]);
     let st = stats(&mnt);
-    assert_eq!((st.state.as_str(), st.legs_online), ("ONLINE", 2), "{st:?}");
+    assert_eq!(
+        (st.state, st.legs_online),
+        (MountState::Online, 2),
+        "{st:?}"
+    );
     assert!(st.resync.is_none(), "{st:?}");
 }
 
@@ -1445,7 +1466,11 @@ fn kill_9_during_writes() {
     // serves.
     let mut r = mount_ok(&legs, &mnt, &[]);
     let st = stats(&mnt);
-    assert_eq!((st.state.as_str(), st.legs_online), ("ONLINE", 2), "{st:?}");
+    assert_eq!(
+        (st.state, st.legs_online),
+        (MountState::Online, 2),
+        "{st:?}"
+    );
     assert!(st.resync.is_none(), "crash recovery is no resync: {st:?}");
     let diffs = legs_differences(&legs);
     assert!(
@@ -1679,9 +1704,9 @@ fn fio_survives_a_failing_leg(m: &mut Mounted, fail_leg1: impl FnOnce()) {
         before.legs[0],
         after.legs[0]
     );
-    assert_eq!((after.state.as_str(), after.legs_online), ("DEGRADED", 1));
-    assert_eq!(after.legs[0].state, "ONLINE");
-    assert_eq!(after.legs[1].state, "FAULTED");
+    assert_eq!((after.state, after.legs_online), (MountState::Degraded, 1));
+    assert_eq!(after.legs[0].state, LegState::InSync);
+    assert_eq!(after.legs[1].state, LegState::Failed);
     assert!(after.legs[1].write_errors >= 1, "{:?}", after.legs[1]);
     let (code, report) = status(&mnt);
     assert_eq!(code, Some(1), "status:\n{report}");
@@ -1745,7 +1770,7 @@ fn a_leg_goes_read_only_during_fio_verify() {
     let mut r = mount_ok(m.legs(), m.mnt(), &[]);
     let st = stats(m.mnt());
     assert!(
-        ["STALE", "RESYNCING", "ONLINE"].contains(&st.legs[1].state.as_str()),
+        [LegState::Stale, LegState::Resyncing, LegState::InSync].contains(&st.legs[1].state),
         "{:?}",
         st.legs[1]
     );
@@ -2062,9 +2087,9 @@ fn the_first_mount_adopts_existing_data() {
     let mut m = TestMirror::new(2).with_dirs(dirs).mount();
     let mnt = m.mnt().to_path_buf();
     let st = stats(&mnt);
-    assert_eq!(st.legs[0].state, "ONLINE", "{st:?}");
+    assert_eq!(st.legs[0].state, LegState::InSync, "{st:?}");
     assert!(
-        ["STALE", "RESYNCING", "ONLINE"].contains(&st.legs[1].state.as_str()),
+        [LegState::Stale, LegState::Resyncing, LegState::InSync].contains(&st.legs[1].state),
         "{:?}",
         st.legs[1]
     );
@@ -2103,7 +2128,11 @@ fn the_first_mount_adopts_existing_data() {
     m.check_and_unmount();
     let _r = mount_ok(m.legs(), m.mnt(), &[]);
     let st = stats(m.mnt());
-    assert_eq!((st.state.as_str(), st.legs_online), ("ONLINE", 2), "{st:?}");
+    assert_eq!(
+        (st.state, st.legs_online),
+        (MountState::Online, 2),
+        "{st:?}"
+    );
     assert!(st.resync.is_none(), "{st:?}");
 }
 
@@ -2193,7 +2222,11 @@ fn leg_replace_while_a_file_is_open() {
         assert!(out.contains("leg replace"), "{out}");
     }
     let st = stats(&mnt);
-    assert_eq!((st.state.as_str(), st.legs_online), ("ONLINE", 2), "{st:?}");
+    assert_eq!(
+        (st.state, st.legs_online),
+        (MountState::Online, 2),
+        "{st:?}"
+    );
     assert!(st.resync.is_none(), "{st:?}");
     assert_eq!(dir_names(&busy), ["x"]);
 
@@ -2236,7 +2269,11 @@ fn leg_replace_while_a_file_is_open() {
     // The new leg list mounts without `degraded`, every leg in sync.
     let _r = mount_ok(&legs, &mnt, &[]);
     let st = stats(&mnt);
-    assert_eq!((st.state.as_str(), st.legs_online), ("ONLINE", 2), "{st:?}");
+    assert_eq!(
+        (st.state, st.legs_online),
+        (MountState::Online, 2),
+        "{st:?}"
+    );
     assert!(st.resync.is_none(), "{st:?}");
     assert_bytes_eq(&fs::read(mnt.join("open")).unwrap(), &whole, "open");
 }
@@ -2255,7 +2292,7 @@ fn resync_speed_max_applies_to_a_running_resync() {
     let m = TestMirror::new(2).mount();
     let mnt = m.mnt().to_path_buf();
     mirrorfs_ok(&[&"leg", &"fail", &mnt, &"leg1"]);
-    assert_eq!(stats(&mnt).legs[1].state, "FAULTED");
+    assert_eq!(stats(&mnt).legs[1].state, LegState::Failed);
     let big = pattern(8 * MIB, 120);
     fs::write(mnt.join("big"), &big).unwrap();
     mirrorfs_ok(&[&"set", &mnt, &"resync_speed_max", &"1M"]);
@@ -2263,7 +2300,8 @@ fn resync_speed_max_applies_to_a_running_resync() {
     sleep(Duration::from_millis(1500));
     let st = stats(&mnt);
     assert_eq!(
-        st.legs[1].state, "RESYNCING",
+        st.legs[1].state,
+        LegState::Resyncing,
         "the throttled resync should still run: {st:?}"
     );
     mirrorfs_ok(&[&"set", &mnt, &"resync_speed_max", &"0"]);
@@ -2357,13 +2395,13 @@ fn a_resync_that_fails_halfway_leaves_the_leg_out_and_the_data_whole() {
     assert!(
         wait_for(RESYNC_TIMEOUT, || stats(&mnt)
             .resync
-            .is_some_and(|r| r.state.starts_with("failed"))),
+            .is_some_and(|r| matches!(r.state, JobState::Failed(_)))),
         "the resync did not fail: {:?}",
         stats(&mnt)
     );
     let st = stats(&mnt);
-    assert_eq!(st.state, "DEGRADED", "{st:?}");
-    assert_eq!(st.legs[1].state, "FAULTED", "{st:?}");
+    assert_eq!(st.state, MountState::Degraded, "{st:?}");
+    assert_eq!(st.legs[1].state, LegState::Failed, "{st:?}");
     let (code, report) = status(&mnt);
     assert_eq!(code, Some(1), "{report}");
     assert!(report.contains("resync failed"), "{report}");

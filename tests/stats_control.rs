@@ -7,7 +7,7 @@
 mod common;
 
 use common::*;
-use mirrorfs::stats::Stats;
+use mirrorfs::stats::{LegState, MountState, Stats};
 use serde_json::Value;
 use std::ffi::OsString;
 use std::fs::{self, File};
@@ -318,7 +318,7 @@ fn stats_document_has_every_field(n: usize) {
         st.pid,
         m.daemon_pids()
     );
-    assert_eq!(st.state, "ONLINE");
+    assert_eq!(st.state, MountState::Online);
     assert_eq!(st.read_policy, "first");
     assert_eq!((st.legs_total, st.legs_online), (n, n));
     assert!(st.uptime_us >= st_root.uptime_us, "uptime went back");
@@ -328,7 +328,7 @@ fn stats_document_has_every_field(n: usize) {
     for (i, l) in st.legs.iter().enumerate() {
         assert_eq!(l.name, format!("leg{i}"));
         assert_eq!(Path::new(&l.path), m.leg(i));
-        assert_eq!(l.state, "ONLINE");
+        assert_eq!(l.state, LegState::InSync);
         assert!(!l.writemostly);
         assert_eq!(
             l.inflight, 0,
@@ -1246,9 +1246,9 @@ fn status_of_a_degraded_mount() {
     let out = mirrorfs(&[OsString::from("status"), "--json".into(), m.mnt().into()]);
     assert_exit(&out, 1, "status --json of a degraded mount");
     let st: Stats = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!((st.state.as_str(), st.legs_online), ("DEGRADED", 1));
-    assert_eq!(st.legs[0].state, "ONLINE");
-    assert_eq!(st.legs[1].state, "FAULTED");
+    assert_eq!((st.state, st.legs_online), (MountState::Degraded, 1));
+    assert_eq!(st.legs[0].state, LegState::InSync);
+    assert_eq!(st.legs[1].state, LegState::Failed);
     assert_eq!(getfattr_ok(m.mnt(), "user.mirrorfs.state"), "DEGRADED");
     let copies: Value =
         serde_json::from_str(&getfattr_ok(&m.path("big"), "user.mirrorfs.copies")).unwrap();

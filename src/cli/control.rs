@@ -2,9 +2,11 @@
 //! document, and `mirrorfs get|set|list`.
 
 use crate::errno::Errno;
+use crate::recovery::{LegCommand, RepairFrom, ScrubCommand};
 use crate::stats::Stats;
 use crate::sys;
-use std::ffi::CString;
+use std::ffi::{CString, OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 /// Exit status for usage errors and for paths that are not mirrorfs mounts.
@@ -131,14 +133,14 @@ pub fn stats(mount: &Path) -> Result<Stats, (i32, String)> {
 }
 
 /// Sends a command through a writable key; prints one line and returns the exit status.
-fn command(mount: &Path, key: &str, value: &str, what: &str) -> i32 {
+fn command(mount: &Path, key: &str, value: &[u8], what: &str) -> i32 {
     let Some(file) = control_file(mount) else {
         let (code, e) = not_a_mount(mount);
         eprintln!("mirrorfs: {e}");
         return code;
     };
     let name = key_name(key).expect("a plain key");
-    match sys::xattr::set_path(&file, &name, value.as_bytes()) {
+    match sys::xattr::set_path(&file, &name, value) {
         Ok(()) => 0,
         Err(e) => {
             let why = match e.code() {
@@ -157,26 +159,54 @@ fn command(mount: &Path, key: &str, value: &str, what: &str) -> i32 {
     }
 }
 
-/// `mirrorfs scrub start|status|cancel MOUNT [--repair[=LEG]]`.
-pub fn scrub(args: &[String]) -> i32 {
+/// How the daemon is to find a leg the user named on the command line: a leg's name (or
+/// `legN`) as it is; anything else is a directory, sent as an absolute path resolved in the
+/// caller's directory (the daemon's is `/`).
+fn leg_arg(mount: &Path, arg: &OsStr) -> OsString {
+    let is_name = arg.to_str().is_some_and(|a| {
+        !a.contains('/')
+            && (a
+                .strip_prefix("leg")
+                .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+                || stats(mount).is_ok_and(|st| st.legs.iter().any(|l| l.name == a)))
+    });
+    if is_name {
+        return arg.to_os_string();
+    }
+    std::path::absolute(arg)
+        .map(PathBuf::into_os_string)
+        .unwrap_or_else(|_| arg.to_os_string())
+}
+
+/// `mirrorfs scrub start|status|cancel MOUNT [--repair[=majority|LEG]]`.
+pub fn scrub(args: &[OsString]) -> i32 {
     let usage_line = "usage: mirrorfs scrub start|status|cancel MOUNT [--repair[=majority|LEG]]";
-    match args {
-        [cmd, mount, rest @ ..] if cmd == "start" => {
+    let words: Vec<&OsStr> = args.iter().map(OsString::as_os_str).collect();
+    let text = |w: &OsStr| w.to_str().unwrap_or("").to_string();
+    match words.as_slice() {
+        [cmd, mount, rest @ ..] if *cmd == "start" => {
+            let mount = Path::new(mount);
             let repair = match rest {
-                [] => "start".to_string(),
-                [r] if r == "--repair" || r == "--repair=majority" => "start repair".into(),
-                [r] => match r.strip_prefix("--repair=") {
-                    Some(leg) => format!("start repair={leg}"),
-                    None => return usage(usage_line),
+                [] => RepairFrom::Nothing,
+                [r] if *r == "--repair" || *r == "--repair=majority" => RepairFrom::Majority,
+                [r] => match r.as_bytes().strip_prefix(b"--repair=") {
+                    Some(leg) if !leg.is_empty() => {
+                        RepairFrom::Leg(leg_arg(mount, OsStr::from_bytes(leg)))
+                    }
+                    _ => return usage(usage_line),
                 },
                 _ => return usage(usage_line),
             };
-            command(Path::new(mount), "scrub", &repair, "scrub start")
+            let value = ScrubCommand::Start(repair).encode();
+            command(mount, "scrub", &value, "scrub start")
         }
-        [cmd, mount] if cmd == "cancel" => {
-            command(Path::new(mount), "scrub", "cancel", "scrub cancel")
-        }
-        [cmd, mount] if cmd == "status" => match get(Path::new(mount), "scrub") {
+        [cmd, mount] if *cmd == "cancel" => command(
+            Path::new(mount),
+            "scrub",
+            &ScrubCommand::Cancel.encode(),
+            "scrub cancel",
+        ),
+        [cmd, mount] if *cmd == "status" => match get(Path::new(mount), "scrub") {
             Ok(v) if v == b"none" => {
                 println!("no scrub since the mount");
                 0
@@ -185,7 +215,7 @@ pub fn scrub(args: &[String]) -> i32 {
                 let doc: serde_json::Value = serde_json::from_slice(&v).unwrap_or_default();
                 let s: Result<crate::stats::ScanStats, _> = serde_json::from_value(doc.clone());
                 match s {
-                    Ok(s) => println!("{}", super::status::scan_line("scrub", &s)),
+                    Ok(s) => println!("{}", super::format::scan_line("scrub", &s)),
                     Err(_) => println!("{}", String::from_utf8_lossy(&v)),
                 }
                 for d in doc["differing"].as_array().into_iter().flatten() {
@@ -204,35 +234,42 @@ pub fn scrub(args: &[String]) -> i32 {
                 code
             }
         },
+        [cmd, ..] if !["start", "cancel", "status"].contains(&text(cmd).as_str()) => {
+            usage(usage_line)
+        }
         _ => usage(usage_line),
     }
 }
 
-/// `mirrorfs leg fail|add|remove|replace MOUNT LEG [NEWLEG] [--full]`.
-pub fn leg(args: &[String]) -> i32 {
+/// `mirrorfs leg fail|add|remove|replace MOUNT LEG [NEWLEG] [--full]`. LEG and NEWLEG may be
+/// any path (spaces, newlines, bytes that are not UTF-8), relative to the caller's directory.
+pub fn leg(args: &[OsString]) -> i32 {
     let usage_line =
         "usage: mirrorfs leg fail|add|remove|replace MOUNT LEG [NEWLEG] (add takes --full)";
-    match args {
-        [cmd, mount, leg] if cmd == "fail" || cmd == "add" || cmd == "remove" => command(
-            Path::new(mount),
-            "leg",
-            &format!("{cmd} {leg}"),
-            &format!("leg {cmd}"),
-        ),
-        [cmd, mount, leg, full] if cmd == "add" && full == "--full" => command(
-            Path::new(mount),
-            "leg",
-            &format!("add {leg} full"),
-            "leg add",
-        ),
-        [cmd, mount, leg, new] if cmd == "replace" => command(
-            Path::new(mount),
-            "leg",
-            &format!("replace {leg} {new}"),
-            "leg replace",
-        ),
-        _ => usage(usage_line),
-    }
+    let words: Vec<&OsStr> = args.iter().map(OsString::as_os_str).collect();
+    let (cmd, mount, rest) = match words.as_slice() {
+        [cmd, mount, rest @ ..] => (cmd.to_str().unwrap_or(""), Path::new(mount), rest),
+        _ => return usage(usage_line),
+    };
+    let leg = |w: &OsStr| leg_arg(mount, w);
+    let c = match (cmd, rest) {
+        ("fail", [l]) => LegCommand::Fail(leg(l)),
+        ("add", [l]) => LegCommand::Add {
+            leg: leg(l),
+            full: false,
+        },
+        ("add", [l, full]) if *full == "--full" => LegCommand::Add {
+            leg: leg(l),
+            full: true,
+        },
+        ("remove", [l]) => LegCommand::Remove(leg(l)),
+        ("replace", [l, new]) => LegCommand::Replace {
+            leg: leg(l),
+            new: std::path::absolute(new).unwrap_or_else(|_| PathBuf::from(new)),
+        },
+        _ => return usage(usage_line),
+    };
+    command(mount, "leg", &c.encode(), &format!("leg {cmd}"))
 }
 
 fn usage(line: &str) -> i32 {

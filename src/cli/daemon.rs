@@ -3,7 +3,8 @@
 //! Without `-f` the process forks before any thread exists. The child mounts, writes the
 //! superblocks of a new mirror, and tells the parent through a pipe; the parent exits 0 only
 //! then (or prints the child's error and exits 1), so `mirrorfs ...; ls MOUNT` always works.
-//! SIGINT, SIGTERM and SIGHUP unmount cleanly; so does `umount MOUNT`.
+//! SIGINT, SIGTERM and SIGHUP unmount cleanly; so does `umount MOUNT`. Once the paths are
+//! resolved, the daemon's working directory is `/`.
 
 use super::validate::{validate, Validated};
 use super::Args;
@@ -19,6 +20,7 @@ use std::sync::Arc;
 /// Everything checked, nothing touched yet.
 struct Prepared {
     config: MountConfig,
+    policy: Box<dyn crate::policy::ReadPolicy>,
     checked: Validated,
     plan: ArrayPlan,
 }
@@ -49,23 +51,32 @@ fn prepare(args: &Args) -> Result<Prepared, Vec<String>> {
             }]);
         }
     };
+    // Legs named in options (`init_from=`, `read_policy=leg:NAME`), by the one rule.
+    let names: Vec<String> = (checked.specs.iter().enumerate())
+        .map(|(i, s)| s.name_at(i))
+        .collect();
+    let named: Vec<(&str, &std::path::Path)> = names
+        .iter()
+        .zip(&checked.legs)
+        .map(|(n, p)| (n.as_str(), p.as_path()))
+        .collect();
+    let find = |what: &str| crate::leg::find(std::ffi::OsStr::new(what), &named);
     let init_from = match &config.init_from {
         None => None,
-        Some(want) => {
-            let canonical = std::fs::canonicalize(want).ok();
-            let found = (0..checked.legs.len()).find(|&i| {
-                checked.specs[i].name.as_deref() == Some(want.as_str())
-                    || format!("leg{i}") == *want
-                    || checked.shown[i] == *want
-                    || Some(&checked.legs[i]) == canonical.as_ref()
-            });
-            Some(found.ok_or_else(|| {
-                vec![format!(
-                    "invalid value for 'init_from': '{want}' (not one of the legs)"
-                )]
-            })?)
-        }
+        Some(want) => Some(find(want).ok_or_else(|| {
+            vec![format!(
+                "invalid value for 'init_from': '{want}' (not one of the legs)"
+            )]
+        })?),
     };
+    let policy =
+        crate::policy::by_name(&config.read_policy, names.len(), &find).ok_or_else(|| {
+            vec![format!(
+                "invalid value for 'read_policy': '{}' (no such leg; legs: {})",
+                config.read_policy,
+                names.join(", ")
+            )]
+        })?;
     let plan = ArrayPlan::prepare(
         &checked.shown,
         &checked.legs,
@@ -77,6 +88,7 @@ fn prepare(args: &Args) -> Result<Prepared, Vec<String>> {
     .map_err(|e| vec![e])?;
     Ok(Prepared {
         config,
+        policy,
         checked,
         plan,
     })
@@ -85,6 +97,10 @@ fn prepare(args: &Args) -> Result<Prepared, Vec<String>> {
 /// Runs the command: validates, then mounts and serves (forking first unless `-f`).
 pub fn start(args: &Args) -> Result<(), Vec<String>> {
     let p = prepare(args)?;
+    // Every path is resolved: let go of the caller's directory, which the daemon would
+    // otherwise keep busy (no unmounting the disk the mount was started from).
+    std::env::set_current_dir("/")
+        .map_err(|e| vec![format!("cannot change directory to '/': {e}")])?;
     if args.foreground {
         return serve(p, None).map_err(|e| vec![e]);
     }
@@ -160,17 +176,6 @@ fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), Stri
         legs.push(leg);
     }
 
-    let names: Vec<String> = legs.iter().map(|l| l.name.clone()).collect();
-    let policy = crate::policy::by_name(&p.config.read_policy, &names).ok_or_else(|| {
-        fail(
-            &mut ready,
-            format!(
-                "invalid value for 'read_policy': '{}' (no such leg; legs: {})",
-                p.config.read_policy,
-                names.join(", ")
-            ),
-        )
-    })?;
     let fs_config = FsConfig {
         hide_lost_found: p.checked.some_leg_is_fs_root,
         fd_budget: (nofile / 2) as usize,
@@ -180,21 +185,19 @@ fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), Stri
     };
     let n_legs = legs.len();
     let superblocks = p.plan.mounted_superblocks();
-    let fs = MirrorFs::new(legs, superblocks, policy, fs_config)
-        .map_err(|e| {
-            let why = match e {
-                crate::errno::Errno::EAGAIN => format!(
-                    "cannot start {} I/O threads ({} per leg, threads={}): {e}",
-                    n_legs * p.config.threads,
-                    p.config.threads,
-                    p.config.threads
-                ),
-                _ => format!("cannot open the legs: {e}"),
-            };
-            fail(&mut ready, why)
-        })?
-        .shared();
-    fs.set_resync_speed_max(p.config.resync_speed_max);
+    let fs = MirrorFs::new(legs, superblocks, p.policy, fs_config).map_err(|e| {
+        let why = match e {
+            crate::errno::Errno::EAGAIN => format!(
+                "cannot start {} I/O threads ({} per leg, threads={}): {e}",
+                n_legs * p.config.threads,
+                p.config.threads,
+                p.config.threads
+            ),
+            _ => format!("cannot open the legs: {e}"),
+        };
+        fail(&mut ready, why)
+    })?;
+    let fs = Arc::new(fs);
     fs.mirror().set_unlisted_members(p.plan.unlisted_members);
     if p.plan.unlisted_members > 0 {
         log::error!(
@@ -204,7 +207,7 @@ fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), Stri
     }
     if p.plan.crashed {
         // Before serving: the files being written at the crash are made identical.
-        match fs.recover_after_crash() {
+        match fs.recovery().recover_after_crash() {
             Ok(n) => log::warn!(
                 "the mirror was not cleanly unmounted: {n} path(s) of the write-intent log \
                  checked and made identical on every leg"
@@ -236,23 +239,12 @@ fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), Stri
         let _ = session.unmount();
         return Err(fail(&mut ready, e));
     }
-    let sweeper = Arc::downgrade(&fs);
-    std::thread::Builder::new()
-        .name("changes".into())
-        .spawn(move || {
-            // Flushes the away logs and clears idle write-intent entries, every second,
-            // until the filesystem is gone or unmounting.
-            while let Some(fs) = sweeper.upgrade() {
-                if fs.mirror().is_stopping() {
-                    break;
-                }
-                fs.mirror().sweep_changes();
-                fs.release_dropped_legs();
-                drop(fs);
-                std::thread::sleep(std::time::Duration::from_secs(1));
-            }
-        })
-        .map_err(|e| fail(&mut ready, format!("cannot start the sweeper thread: {e}")))?;
+    if let Err(e) = fs.recovery().start_sweeper() {
+        return Err(fail(
+            &mut ready,
+            format!("cannot start the sweeper thread: {e}"),
+        ));
+    }
     let mut unmounter = session.unmount_callable();
     std::thread::Builder::new()
         .name("signals".into())
@@ -268,7 +260,7 @@ fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), Stri
     // with `mirrorfs leg add` or at the next mount).
     for (i, st) in p.plan.states.iter().enumerate() {
         if matches!(st, PlannedLeg::Stale(_)) {
-            match fs.start_resync(i, false) {
+            match fs.recovery().start_resync(i, false) {
                 Ok(()) => break,
                 Err(e) => log::error!("cannot start the resync of leg {i}: {e}"),
             }

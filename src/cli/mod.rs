@@ -3,6 +3,7 @@
 mod args;
 mod control;
 mod daemon;
+mod format;
 mod iostat;
 mod logging;
 mod status;
@@ -30,8 +31,8 @@ pub fn run(argv: Vec<std::ffi::OsString>) -> i32 {
             "status" => return status::run(&rest()),
             "iostat" => return iostat::run(&rest()),
             "get" | "set" | "list" => return control::run(cmd, &rest()),
-            "scrub" => return control::scrub(&rest()),
-            "leg" => return control::leg(&rest()),
+            "scrub" => return control::scrub(&argv[2..]),
+            "leg" => return control::leg(&argv[2..]),
             _ => {}
         }
     }

@@ -3,79 +3,10 @@
 //! 2 usage error or not a mirrorfs mount.
 
 use super::control::{self, EXIT_USAGE};
-use crate::stats::{ScanStats, Stats};
+use super::format::{human_bytes, human_duration, scan_line};
+use crate::stats::{LegState, MountState, Stats};
 use std::fmt::Write;
 use std::path::PathBuf;
-
-/// `1.2G`-style sizes (powers of 1024).
-pub fn human_bytes(n: u64) -> String {
-    const UNITS: &[&str] = &["B", "K", "M", "G", "T", "P"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n}B")
-    } else if v < 10.0 {
-        format!("{v:.1}{}", UNITS[u])
-    } else {
-        format!("{v:.0}{}", UNITS[u])
-    }
-}
-
-/// `1h 02m 03s`.
-pub fn human_duration(s: u64) -> String {
-    let (d, h, m, s) = (s / 86400, s / 3600 % 24, s / 60 % 60, s % 60);
-    if d > 0 {
-        format!("{d}d {h:02}h {m:02}m")
-    } else {
-        format!("{h}h {m:02}m {s:02}s")
-    }
-}
-
-pub fn scan_line(kind: &str, s: &ScanStats) -> String {
-    let pct = s.percent();
-    match s.state.as_str() {
-        "running" => {
-            let done = if s.total_bytes > 0 {
-                format!(
-                    "{} of {} ({} of {} entries)",
-                    human_bytes(s.done_bytes),
-                    human_bytes(s.total_bytes),
-                    s.done_entries,
-                    s.total_entries
-                )
-            } else {
-                format!(
-                    "{} of {} entries ({} copied)",
-                    s.done_entries,
-                    s.total_entries,
-                    human_bytes(s.done_bytes)
-                )
-            };
-            format!(
-                "{kind} in progress on {} for {}: {done}, {pct:.1}% done, {}/s, {} to go",
-                s.legs.join(", "),
-                human_duration(s.elapsed_s),
-                human_bytes(s.rate),
-                s.eta_s
-                    .map(human_duration)
-                    .unwrap_or_else(|| "unknown".into()),
-            )
-        }
-        state => format!(
-            "{kind} {state} after {}: {} in {} entries, {} differences, {} repaired, {} errors",
-            human_duration(s.elapsed_s),
-            human_bytes(s.done_bytes),
-            s.done_entries,
-            s.differences,
-            s.repaired,
-            s.errors
-        ),
-    }
-}
 
 /// The report for one mount.
 pub fn render(st: &Stats) -> String {
@@ -87,18 +18,18 @@ pub fn render(st: &Stats) -> String {
         .sum();
     let _ = writeln!(o, "  mount: {}", st.mount);
     let _ = writeln!(o, "  state: {}", st.state);
-    if st.state != "ONLINE" {
+    if st.state != MountState::Online {
         let mut down: Vec<String> = st
             .legs
             .iter()
-            .filter(|l| l.state != "ONLINE" && l.state != "REMOVED")
+            .filter(|l| !matches!(l.state, LegState::InSync | LegState::Removed))
             .map(|l| {
-                let why = match l.state.as_str() {
-                    "FAULTED" => "dropped: errors, or mirrorfs leg fail",
-                    "MISSING" => "not there at mount",
-                    "STALE" => "behind the others, left alone",
-                    "RESYNCING" => "being resynced",
-                    _ => "not in sync",
+                let why = match l.state {
+                    LegState::Failed => "dropped: errors, or mirrorfs leg fail",
+                    LegState::Missing => "not there at mount",
+                    LegState::Stale => "behind the others, left alone",
+                    LegState::Resyncing => "being resynced",
+                    LegState::InSync | LegState::Removed => "not in sync",
                 };
                 format!("{} ({why})", l.name)
             })
@@ -116,7 +47,7 @@ pub fn render(st: &Stats) -> String {
             st.legs_total,
             down.join(", ")
         );
-        let resyncing = st.legs.iter().any(|l| l.state == "RESYNCING");
+        let resyncing = st.legs.iter().any(|l| l.state == LegState::Resyncing);
         let _ = writeln!(
             o,
             " action: {}",
@@ -233,7 +164,7 @@ pub fn health(st: &Stats) -> i32 {
         .legs
         .iter()
         .any(|l| l.read_errors + l.write_errors + l.checksum_errors > 0);
-    if st.state != "ONLINE" || errors {
+    if st.state != MountState::Online || errors {
         1
     } else {
         0
@@ -285,18 +216,4 @@ pub fn run(args: &[String]) -> i32 {
         }
     }
     worst
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes_and_durations_read_well() {
-        assert_eq!(human_bytes(0), "0B");
-        assert_eq!(human_bytes(1536), "1.5K");
-        assert_eq!(human_bytes(300 << 20), "300M");
-        assert_eq!(human_duration(3723), "1h 02m 03s");
-        assert_eq!(human_duration(90000), "1d 01h 00m");
-    }
 }

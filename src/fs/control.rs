@@ -24,14 +24,13 @@
 //! control file itself (so `cp -a` and `rsync -X` never copy them). Unknown keys get ENODATA.
 
 use super::inode::{CONTROL_INO, ROOT_INO};
-use super::scrub::ScrubRepair;
 use super::{Caller, InodeRef, MirrorFs};
 use crate::config::table::{self, Access, KeySpec, OptionSpec, Scope};
 use crate::errno::{Errno, Result};
 use crate::leg::LegIdx;
 use crate::mirror::fault::FaultRule;
 use crate::policy::ReadRequest;
-use crate::stats::{LatencyStats, LegStats, Stats, STATS_VERSION};
+use crate::stats::{LatencyStats, LegStats, MountState, Stats, STATS_VERSION};
 use fuser::{FileAttr, FileType, INodeNo};
 use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
@@ -162,8 +161,9 @@ impl MirrorFs {
         };
         match self.classify(ino, key) {
             Key::Option(o) if o.live => self.set_live(o, text()?),
-            Key::Mount(k) if k.name == "scrub" => self.scrub_command(text()?),
-            Key::Mount(k) if k.name == "leg" => self.leg_command(text()?),
+            // Commands: raw bytes, so that paths may hold anything (see `recovery::command`).
+            Key::Mount(k) if k.name == "scrub" => self.recovery.scrub_command(value),
+            Key::Mount(k) if k.name == "leg" => self.recovery.leg_command(value),
             Key::Mount(k) if k.name == "stats_reset" => {
                 self.reset_stats();
                 Ok(())
@@ -212,7 +212,7 @@ impl MirrorFs {
                 Ok(())
             }
             "resync_speed_max" => {
-                self.set_resync_speed_max(parsed.resync_speed_max);
+                self.recovery.set_speed_max(parsed.resync_speed_max);
                 Ok(())
             }
             _ => Err(Errno::EROFS),
@@ -240,7 +240,7 @@ impl MirrorFs {
                         .join(",")
                 }
             }
-            "resync_speed_max" => self.recovery.speed_max.load(Ordering::Relaxed).to_string(),
+            "resync_speed_max" => self.recovery.speed_max().to_string(),
             _ => (o.show)(&self.config.options),
         }
     }
@@ -281,7 +281,7 @@ impl MirrorFs {
             "version" => env!("CARGO_PKG_VERSION").into(),
             "pid" => std::process::id().to_string().into(),
             "mount" => self.config.mount.display().to_string().into(),
-            "state" => self.mount_state().into(),
+            "state" => self.mount_state().as_str().into(),
             "legs" => self
                 .mirror
                 .legs()
@@ -290,7 +290,7 @@ impl MirrorFs {
                 .collect::<Vec<_>>()
                 .join(":")
                 .into(),
-            "scrub" => match self.scrub_job() {
+            "scrub" => match self.recovery.scrub_job() {
                 Some(j) => {
                     let names = j.legs.iter().map(|&l| self.mirror.leg(l).name.clone());
                     let mut doc = serde_json::to_value(j.scan_stats(names.collect()))
@@ -312,117 +312,8 @@ impl MirrorFs {
         Ok(v)
     }
 
-    /// The leg a command names: by name or by path.
-    fn leg_named(&self, what: &str) -> Result<LegIdx> {
-        let p = std::fs::canonicalize(what).ok();
-        self.mirror
-            .legs()
-            .iter()
-            .find(|l| {
-                l.name == what || Some(&l.path()) == p.as_ref() || l.path().as_os_str() == what
-            })
-            .map(|l| l.idx)
-            .ok_or(Errno::EINVAL)
-    }
-
-    /// A directory that may become a leg: it exists, is empty (but for a `lost+found`), holds
-    /// no superblock, and is neither a leg, inside one, around one, nor in the mount.
-    fn check_new_leg(&self, path: &str) -> Result<std::path::PathBuf> {
-        let p = std::fs::canonicalize(path).map_err(|_| Errno::ENOENT)?;
-        if !p.is_dir() {
-            return Err(Errno::ENOTDIR);
-        }
-        if p.starts_with(&self.config.mount) || self.config.mount.starts_with(&p) {
-            return Err(Errno::EINVAL);
-        }
-        for l in self.mirror.legs() {
-            let lp = l.path();
-            if p.starts_with(&lp) || lp.starts_with(&p) {
-                return Err(Errno::EINVAL);
-            }
-        }
-        let busy = std::fs::read_dir(&p)
-            .map_err(Errno::from)?
-            .flatten()
-            .any(|e| e.file_name() != "lost+found");
-        if busy {
-            return Err(Errno::ENOTEMPTY);
-        }
-        Ok(p)
-    }
-
-    /// `user.mirrorfs.scrub`: `start [repair[=majority|LEG]]` or `cancel`.
-    fn scrub_command(&self, cmd: &str) -> Result<()> {
-        let fs = self.this().ok_or(Errno::EAGAIN)?;
-        let words: Vec<&str> = cmd.split_whitespace().collect();
-        match words.as_slice() {
-            ["start"] => fs.start_scrub(ScrubRepair::None),
-            ["start", "repair"] | ["start", "repair=majority"] => {
-                fs.start_scrub(ScrubRepair::Majority)
-            }
-            ["start", r] => {
-                let leg = r.strip_prefix("repair=").ok_or(Errno::EINVAL)?;
-                fs.start_scrub(ScrubRepair::From(self.leg_named(leg)?))
-            }
-            ["cancel"] => {
-                self.cancel_scrub();
-                Ok(())
-            }
-            _ => Err(Errno::EINVAL),
-        }
-    }
-
-    /// `user.mirrorfs.leg`: `fail LEG`, `add LEG [full]` (resync a member back in),
-    /// `remove LEG` (forget a member that is out of the mirror).
-    fn leg_command(&self, cmd: &str) -> Result<()> {
-        let fs = self.this().ok_or(Errno::EAGAIN)?;
-        let words: Vec<&str> = cmd.split_whitespace().collect();
-        match words.as_slice() {
-            ["fail", leg] => {
-                let l = self.leg_named(leg)?;
-                if self.resync_job().is_some_and(|j| j.target == l) {
-                    self.cancel_resync();
-                }
-                if self.mirror.in_sync_legs() == [l] {
-                    return Err(Errno::EBUSY);
-                }
-                self.mirror.mark_failed(
-                    l,
-                    "mirrorfs leg fail",
-                    crate::mirror::outcome::DropReason::Requested,
-                );
-                Ok(())
-            }
-            ["add", leg] | ["resync", leg] => fs.start_resync(self.leg_named(leg)?, false),
-            ["add", leg, "full"] | ["resync", leg, "full"] => {
-                fs.start_resync(self.leg_named(leg)?, true)
-            }
-            ["remove", leg] => self.mirror.remove_member(self.leg_named(leg)?),
-            ["replace", leg, new] => {
-                let l = self.leg_named(leg)?;
-                let new = self.check_new_leg(new)?;
-                if self.mirror.leg(l).is_in_sync() {
-                    if self.mirror.in_sync_legs() == [l] {
-                        return Err(Errno::EBUSY);
-                    }
-                    self.mirror.mark_failed(
-                        l,
-                        "mirrorfs leg replace",
-                        crate::mirror::outcome::DropReason::Requested,
-                    );
-                }
-                if self.resync_job().is_some_and(|j| j.target == l) {
-                    return Err(Errno::EBUSY);
-                }
-                self.mirror.replace_member(l, &new)?;
-                fs.start_resync(l, true)
-            }
-            _ => Err(Errno::EINVAL),
-        }
-    }
-
     /// ONLINE, DEGRADED or FAULTED.
-    pub fn mount_state(&self) -> &'static str {
+    pub fn mount_state(&self) -> MountState {
         let online = self.mirror.in_sync_legs().len();
         let members = self
             .mirror
@@ -432,11 +323,11 @@ impl MirrorFs {
             .count()
             + self.mirror.unlisted_members();
         if online == 0 {
-            "FAULTED"
+            MountState::Faulted
         } else if online < members {
-            "DEGRADED"
+            MountState::Degraded
         } else {
-            "ONLINE"
+            MountState::Online
         }
     }
 
@@ -456,11 +347,11 @@ impl MirrorFs {
             .map(|l| {
                 let c = &l.counters;
                 let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-                let f = l.service_figures();
+                let f = self.mirror.service_figures(l.idx);
                 LegStats {
                     name: l.name.clone(),
                     path: l.path().display().to_string(),
-                    state: l.state().as_str().into(),
+                    state: l.state(),
                     rotational: l.rotational,
                     rotational_source: l.rotational_source.as_str().into(),
                     writemostly: l.writemostly,
@@ -494,7 +385,7 @@ impl MirrorFs {
             mirrorfs_version: env!("CARGO_PKG_VERSION").into(),
             mount: self.config.mount.display().to_string(),
             pid: std::process::id(),
-            state: self.mount_state().into(),
+            state: self.mount_state(),
             read_policy: self.mirror.policy_name(),
             uptime_s: up.as_secs(),
             uptime_us: up.as_micros() as u64,
@@ -503,9 +394,10 @@ impl MirrorFs {
             legs_online: self.mirror.in_sync_legs().len(),
             legs,
             resync: self
+                .recovery
                 .resync_job()
                 .map(|j| j.scan_stats(&self.mirror.leg(j.target).name)),
-            scrub: self.scrub_job().map(|j| {
+            scrub: self.recovery.scrub_job().map(|j| {
                 j.scan_stats(
                     j.legs
                         .iter()

@@ -16,9 +16,8 @@ pub mod inode;
 mod control;
 mod data;
 mod dir;
+mod live;
 mod namespace;
-pub mod resync;
-pub mod scrub;
 mod xattr;
 
 use crate::errno::{Errno, Result};
@@ -27,6 +26,7 @@ use crate::meta::superblock::LegSuperblock;
 use crate::mirror::outcome::{is_leg_fault, DropReason};
 use crate::mirror::Mirror;
 use crate::policy::ReadPolicy;
+use crate::recovery::Recovery;
 use crate::sys;
 use fuser::FileAttr;
 use handle::HandleTable;
@@ -114,17 +114,15 @@ pub fn default_reserve(total: u64) -> u64 {
 
 /// The mirrored filesystem.
 pub struct MirrorFs {
-    mirror: Mirror,
-    inodes: InodeTable,
-    handles: HandleTable,
+    mirror: Arc<Mirror>,
+    inodes: Arc<InodeTable>,
+    handles: Arc<HandleTable>,
     config: FsConfig,
     /// When the filesystem was set up (uptime in the stats).
     started: std::time::Instant,
-    /// Resync and scrub.
-    recovery: resync::Recovery,
-    scrub_slot: parking_lot::Mutex<Option<Arc<scrub::ScrubJob>>>,
-    /// This filesystem, once it is shared (background jobs started from a request need it).
-    this: std::sync::OnceLock<std::sync::Weak<MirrorFs>>,
+    /// Resync, crash recovery, scrub, leg commands, the sweep (they reach the inodes and
+    /// open files through [`live::Live`]).
+    recovery: Arc<Recovery>,
 }
 
 impl MirrorFs {
@@ -166,31 +164,44 @@ impl MirrorFs {
             policy,
             config.options.write_intent,
         )?;
+        let mirror = Arc::new(mirror);
+        let inodes = Arc::new(InodeTable::new(root_fds, &root_ids, config.fd_budget));
+        let handles = Arc::new(HandleTable::new(config.open_fd_budget));
+        let live = live::Live {
+            mirror: mirror.clone(),
+            inodes: inodes.clone(),
+            handles: handles.clone(),
+        };
+        let recovery = Recovery::new(
+            mirror.clone(),
+            Arc::new(live),
+            config.hide_lost_found,
+            config.mount.clone(),
+        );
+        recovery.set_speed_max(config.options.resync_speed_max);
         Ok(MirrorFs {
             mirror,
-            inodes: InodeTable::new(root_fds, &root_ids, config.fd_budget),
-            handles: HandleTable::new(config.open_fd_budget),
+            inodes,
+            handles,
             config,
             started: std::time::Instant::now(),
-            recovery: resync::Recovery::default(),
-            scrub_slot: parking_lot::Mutex::new(None),
-            this: std::sync::OnceLock::new(),
+            recovery,
         })
-    }
-
-    /// Shares the filesystem: from now on requests can start background jobs (resync, scrub).
-    pub fn shared(self) -> Arc<MirrorFs> {
-        let fs = Arc::new(self);
-        let _ = fs.this.set(Arc::downgrade(&fs));
-        fs
-    }
-
-    fn this(&self) -> Option<Arc<MirrorFs>> {
-        self.this.get()?.upgrade()
     }
 
     pub fn mirror(&self) -> &Mirror {
         &self.mirror
+    }
+
+    /// The background work: resync, crash recovery, scrub, leg commands, the sweep.
+    pub fn recovery(&self) -> &Arc<Recovery> {
+        &self.recovery
+    }
+
+    /// At a clean unmount: background work stops, and the legs are flushed and marked clean.
+    pub fn unmount(&self) {
+        self.recovery.cancel_all();
+        self.mirror.mark_clean();
     }
 
     /// How many inodes the kernel holds (root included); 1 after a clean unmount.
@@ -211,7 +222,7 @@ impl MirrorFs {
     /// Names at the root that belong to the legs, not to the mirror (and the control file's).
     fn is_reserved(&self, parent: u64, name: &OsStr) -> bool {
         parent == ROOT_INO
-            && (crate::meta::tree_compare::is_foreign_root_name(name, self.config.hide_lost_found)
+            && (crate::meta::is_foreign_root_name(name, self.config.hide_lost_found)
                 || name == control::CONTROL_NAME)
     }
 
@@ -260,18 +271,7 @@ impl MirrorFs {
     /// The path of `inode` relative to the legs' root (`.` for the root), from the metadata
     /// leg; `None` when it has none (deleted while open).
     fn leg_relpath(&self, inode: &InodeRef) -> Option<Vec<u8>> {
-        let leg = self.mirror.metadata_leg();
-        let p = sys::fd::path_of(inode.fd(leg).ok()?.as_fd()).ok()?;
-        let rel = p.strip_prefix(self.mirror.leg(leg).path()).ok()?;
-        let bytes = rel.as_os_str().as_bytes();
-        if bytes.ends_with(b" (deleted)") {
-            return None;
-        }
-        Some(if bytes.is_empty() {
-            b".".to_vec()
-        } else {
-            bytes.to_vec()
-        })
+        relpath(&self.mirror, inode)
     }
 
     /// Runs one leg operation `op` on this thread with the caller's identity when the core
@@ -455,6 +455,23 @@ fn agree<T: PartialEq + Copy + std::fmt::Debug>(
         }
     }
     Ok(first)
+}
+
+/// The path of `inode` relative to the legs' root (`.` for the root), from the metadata leg;
+/// `None` when it has none (deleted while open).
+fn relpath(mirror: &Mirror, inode: &InodeRef) -> Option<Vec<u8>> {
+    let leg = mirror.metadata_leg();
+    let p = sys::fd::path_of(inode.fd(leg).ok()?.as_fd()).ok()?;
+    let rel = p.strip_prefix(mirror.leg(leg).path()).ok()?;
+    let bytes = rel.as_os_str().as_bytes();
+    if bytes.ends_with(b" (deleted)") {
+        return None;
+    }
+    Some(if bytes.is_empty() {
+        b".".to_vec()
+    } else {
+        bytes.to_vec()
+    })
 }
 
 /// Shared by the submodules: the inode, as an `Arc`.

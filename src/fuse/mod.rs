@@ -135,9 +135,7 @@ impl Filesystem for MirrorFuse {
     }
 
     fn destroy(&mut self) {
-        self.fs.cancel_resync();
-        self.fs.cancel_scrub();
-        self.fs.mirror().mark_clean();
+        self.fs.unmount();
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {

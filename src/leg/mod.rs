@@ -5,8 +5,6 @@ pub mod device;
 pub mod spec;
 
 use crate::errno::Result;
-use crate::policy::service_time::ServiceTime;
-use crate::policy::LegView;
 use crate::sys;
 use device::{LegDevice, RotationalSource};
 use parking_lot::Mutex;
@@ -18,23 +16,59 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 /// Position of a leg in the leg list given at mount (its slot).
 pub type LegIdx = usize;
 
-/// Whether a leg takes part in reads and writes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Which leg a user means by `what`, among `legs` (each leg's name and directory, by slot):
+/// its name (`name=LABEL`, else `legN`), `legN` for the leg in slot N whatever its name, or its
+/// directory (as given, or any path to the same directory). The one rule behind `init_from=`,
+/// `read_policy=leg:NAME`, `mirrorfs leg ...` and `mirrorfs scrub --repair=LEG`.
+pub fn find(what: &std::ffi::OsStr, legs: &[(&str, &Path)]) -> Option<LegIdx> {
+    if let Some(i) = legs
+        .iter()
+        .position(|(name, _)| std::ffi::OsStr::new(name) == what)
+    {
+        return Some(i);
+    }
+    let slot = what
+        .to_str()
+        .and_then(|w| w.strip_prefix("leg"))
+        .and_then(|n| crate::value::count(n, 0, legs.len().checked_sub(1)? as u64).ok());
+    if let Some(i) = slot {
+        return Some(i as usize);
+    }
+    let canonical = std::fs::canonicalize(what).ok();
+    legs.iter()
+        .position(|(_, dir)| *dir == Path::new(what) || canonical.as_deref() == Some(dir))
+}
+
+/// Whether a leg takes part in reads and writes. The statistics and `mirrorfs status` show it
+/// in zpool's words ([`LegState::as_str`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum LegState {
     /// Holds the same data as every other in-sync leg; gets every write, may serve reads.
+    #[serde(rename = "ONLINE")]
     InSync,
     /// Dropped after an I/O error or a disagreement; gets nothing until it is resynced.
+    #[serde(rename = "FAULTED")]
     Failed,
     /// Not there at mount (`-o degraded`): never touched.
+    #[serde(rename = "MISSING")]
     Missing,
     /// There at mount but behind the others: never read, never written by the engine,
     /// until a resync brings it up to date.
+    #[serde(rename = "STALE")]
     Stale,
     /// Being brought up to date from an in-sync leg (the resync writes it; nothing else
     /// does, and nothing reads it).
+    #[serde(rename = "RESYNCING")]
     Resyncing,
     /// No longer a member (`mirrorfs leg remove`): kept only so that the stats show it.
+    #[serde(rename = "REMOVED")]
     Removed,
+}
+
+impl std::fmt::Display for LegState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl LegState {
@@ -78,8 +112,6 @@ pub struct Leg {
     /// `stats_reset`).
     pub read_faults: AtomicU64,
     pub counters: LegCounters,
-    /// What completed reads taught us: service times, and where the last read ended.
-    reads: Mutex<ReadHistory>,
     /// Free space as last measured, less what was written since.
     free: Mutex<FreeSpace>,
     /// Bytes that must stay free on the leg (`minfreespace`).
@@ -91,28 +123,6 @@ struct FreeSpace {
     measured: Option<std::time::Instant>,
     /// Bytes available to us (f_bavail), less the bytes written since the measurement.
     avail: u64,
-}
-
-/// A read handed to a leg, and what was known of the leg then.
-#[derive(Clone, Copy, Debug)]
-pub struct HandOver {
-    /// The mirror's inode number of the file, and the offset the read starts at.
-    pub file: u64,
-    pub offset: u64,
-    /// Our other requests outstanding on the leg then.
-    pub queued: u32,
-}
-
-#[derive(Default)]
-struct ReadHistory {
-    service: ServiceTime,
-    /// (file, offset) where the last read handed to this leg ended (the policies' position).
-    last_end: Option<(u64, u64)>,
-    /// (file, offset) where the last read completed on this leg ended: whether a read
-    /// continued it is judged in completion order, as the device served them (a disk
-    /// reorders a queue of two streams' reads into runs; handed-over order would take most
-    /// of its reads for jumps and find the seeks cheap).
-    last_done_end: Option<(u64, u64)>,
 }
 
 /// Plain per-leg counters (the stats issue exposes them).
@@ -158,19 +168,6 @@ impl LegCounters {
             c.store(0, Ordering::Relaxed);
         }
     }
-}
-
-/// A leg's measured read figures; each `None` until measured.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ServiceFigures {
-    /// Mean service time of small reads, µs.
-    pub small_read_us: Option<u64>,
-    /// Mean service time of large reads, µs.
-    pub large_read_us: Option<u64>,
-    /// Positioning cost, µs.
-    pub seek_us: Option<u64>,
-    /// Large-read bandwidth, bytes per second.
-    pub read_bandwidth: Option<u64>,
 }
 
 /// Counts one of our own I/Os on a leg from the moment it is decided until it is dropped.
@@ -234,7 +231,7 @@ impl Leg {
         let root_cell = parking_lot::RwLock::new(root.map(std::sync::Arc::new));
         Leg {
             idx,
-            name: spec.name.clone().unwrap_or_else(|| format!("leg{idx}")),
+            name: spec.name_at(idx),
             path: parking_lot::RwLock::new(path.to_path_buf()),
             root: root_cell,
             dev,
@@ -246,7 +243,6 @@ impl Leg {
             inflight: AtomicU32::new(0),
             read_faults: AtomicU64::new(0),
             counters: LegCounters::default(),
-            reads: Mutex::new(ReadHistory::default()),
             free: Mutex::new(FreeSpace {
                 measured: None,
                 avail: 0,
@@ -329,60 +325,6 @@ impl Leg {
         self.state() == LegState::InSync
     }
 
-    /// The measured service-time figures (for the statistics).
-    pub fn service_figures(&self) -> ServiceFigures {
-        let r = self.reads.lock();
-        ServiceFigures {
-            small_read_us: r.service.small_read_us().map(u64::from),
-            large_read_us: r.service.large_read_us().map(u64::from),
-            seek_us: r.service.seek_us().map(u64::from),
-            read_bandwidth: r.service.read_bandwidth(),
-        }
-    }
-
-    /// What a read policy may know of this leg now. Samples the device's in-flight count
-    /// (at most every 10 ms).
-    pub fn view(&self) -> LegView {
-        let mut v = LegView {
-            idx: self.idx,
-            rotational: self.rotational,
-            writemostly: self.writemostly,
-            inflight: self.inflight.load(Ordering::Acquire),
-            device_inflight: self.device.inflight(),
-            ..Default::default()
-        };
-        let r = self.reads.lock();
-        r.service.fill(&mut v);
-        v.last_read_end = r.last_end;
-        v
-    }
-
-    /// A read of `len` bytes at `offset` of `file` is handed to this leg (as md moves its
-    /// head position at submission): returns what [`record_read`](Self::record_read) needs
-    /// later.
-    pub fn hand_over(&self, file: u64, offset: u64, len: u32) -> HandOver {
-        let mut r = self.reads.lock();
-        r.last_end = Some((file, offset + u64::from(len)));
-        HandOver {
-            file,
-            offset,
-            // Counted by the guard already taken for this read: the others.
-            queued: self.inflight.load(Ordering::Acquire).saturating_sub(1),
-        }
-    }
-
-    /// A read handed over as `h` completed after `elapsed_us` with `bytes`; `now_us` on the
-    /// mirror's clock, taken under this leg's lock so that completions are recorded in order.
-    pub fn record_read(&self, h: &HandOver, bytes: u64, elapsed_us: u64, now: impl Fn() -> u64) {
-        let mut r = self.reads.lock();
-        // A leg that has completed no read yet: its position is unknown, so the read counts
-        // as a jump (a disk's head is somewhere else).
-        let contiguous = r.last_done_end == Some((h.file, h.offset));
-        r.last_done_end = Some((h.file, h.offset + bytes));
-        r.service
-            .record_queued(bytes, elapsed_us, now(), Some(contiguous), Some(h.queued));
-    }
-
     /// The filesystem's size and the bytes available now (measured).
     pub fn space(&self) -> Result<(u64, u64)> {
         let st = sys::fd::statvfs(self.root()?.as_fd())?;
@@ -423,5 +365,38 @@ impl Leg {
     /// Marks the leg failed; returns false if it already was.
     pub(crate) fn set_failed(&self) -> bool {
         self.state.swap(LegState::Failed as u8, Ordering::AcqRel) != LegState::Failed as u8
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsStr;
+
+    #[test]
+    fn a_leg_is_found_by_name_slot_or_directory() {
+        let d = tempfile::tempdir().unwrap();
+        let (a, b) = (d.path().join("a"), d.path().join("b b"));
+        std::fs::create_dir(&a).unwrap();
+        std::fs::create_dir(&b).unwrap();
+        let legs = [("ssd", a.as_path()), ("leg1", b.as_path())];
+        let find = |w: &str| find(OsStr::new(w), &legs);
+        assert_eq!(find("ssd"), Some(0));
+        assert_eq!(find("leg0"), Some(0), "slot alias of a named leg");
+        assert_eq!(find("leg1"), Some(1));
+        assert_eq!(find(&a.display().to_string()), Some(0));
+        assert_eq!(find(&format!("{}/../b b/.", a.display())), Some(1));
+        for none in [
+            "",
+            "hdd",
+            "leg2",
+            "leg+1",
+            "leg99999999999999999999",
+            "/nonexistent",
+        ] {
+            assert_eq!(find(none), None, "{none}");
+        }
+        // A directory name in the current directory is not a leg unless it is one.
+        assert_eq!(find("b b"), None);
     }
 }

@@ -25,6 +25,11 @@ fn valid_name(name: &str) -> bool {
 }
 
 impl LegSpec {
+    /// The leg's name when it is in slot `slot`: `name=LABEL`, else `legN`.
+    pub fn name_at(&self, slot: usize) -> String {
+        self.name.clone().unwrap_or_else(|| format!("leg{slot}"))
+    }
+
     /// Parses one leg. A path that itself contains `=` is taken whole when it names an
     /// existing directory.
     pub fn parse(s: &str) -> Result<LegSpec, String> {
@@ -81,7 +86,7 @@ pub fn parse_list(list: &str) -> Result<Vec<LegSpec>, String> {
     let names: Vec<String> = specs
         .iter()
         .enumerate()
-        .map(|(i, s)| s.name.clone().unwrap_or_else(|| format!("leg{i}")))
+        .map(|(i, s)| s.name_at(i))
         .collect();
     for (i, n) in names.iter().enumerate() {
         if names[..i].contains(n) {

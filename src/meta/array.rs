@@ -84,7 +84,7 @@ impl ArrayPlan {
                 std::fs::read_dir(&legs[i]).is_ok_and(|mut rd| {
                     rd.any(|e| {
                         e.is_ok_and(|e| {
-                            !tree_compare::is_foreign_root_name(&e.file_name(), hide_lost_found)
+                            !super::is_foreign_root_name(&e.file_name(), hide_lost_found)
                         })
                     })
                 })

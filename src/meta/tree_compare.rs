@@ -1,16 +1,12 @@
 //! Comparing legs' trees at first mount: mirrorfs only adopts legs that already agree (all empty,
 //! or identical); it never guesses which copy to keep.
 
-use super::META_DIR;
 use std::fs::{self, Metadata};
 use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-/// Names at a leg's root that are not part of the mirror.
-pub fn is_foreign_root_name(name: &std::ffi::OsStr, hide_lost_found: bool) -> bool {
-    name == META_DIR || (hide_lost_found && name == "lost+found")
-}
+use super::is_foreign_root_name;
 
 /// Returns `None` when every leg holds the same tree, or a description of the first difference.
 pub fn first_difference(legs: &[PathBuf], hide_lost_found: bool) -> Option<String> {
@@ -177,6 +173,7 @@ fn shown(rel: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::meta::META_DIR;
 
     fn legs(n: usize) -> (tempfile::TempDir, Vec<PathBuf>) {
         let d = tempfile::tempdir().unwrap();

@@ -4,9 +4,10 @@
 pub mod fanout;
 pub mod fault;
 pub mod outcome;
+pub mod reads;
 
 use crate::errno::{Errno, Result};
-use crate::leg::{HandOver, InflightGuard, Leg, LegIdx};
+use crate::leg::{InflightGuard, Leg, LegIdx};
 use crate::meta::changes::ChangeLog;
 use crate::meta::superblock::LegSuperblock;
 use crate::policy::{LegView, ReadPlan, ReadPolicy, ReadRequest};
@@ -14,6 +15,7 @@ use fanout::LegWorkers;
 use fault::{FaultRule, Faults};
 use outcome::{reconcile, DropReason};
 use parking_lot::{Mutex, RwLock};
+use reads::{HandOver, ReadHistory, ServiceFigures};
 use std::sync::atomic::Ordering;
 
 /// Read errors a leg may return (since the mount) before it is dropped instead of repaired: md's `max_corr_read_errors` is 20 as well.
@@ -46,6 +48,8 @@ pub trait ReadLen {
 /// The legs of one mounted mirror and the machinery to use them together.
 pub struct Mirror {
     legs: Vec<Leg>,
+    /// Per leg, what its completed reads taught (service times, read positions).
+    reads: Vec<Mutex<ReadHistory>>,
     workers: LegWorkers,
     policy: RwLock<Box<dyn ReadPolicy>>,
     /// The superblocks as last written, by leg (None for a leg we cannot write).
@@ -101,6 +105,7 @@ impl Mirror {
             changes.start_away(id);
         }
         Ok(Mirror {
+            reads: legs.iter().map(|_| Mutex::default()).collect(),
             legs,
             workers,
             policy: RwLock::new(policy),
@@ -561,6 +566,11 @@ impl Mirror {
         }
     }
 
+    /// The measured read figures of `leg` (for the statistics).
+    pub fn service_figures(&self, leg: LegIdx) -> ServiceFigures {
+        self.reads[leg].lock().figures()
+    }
+
     /// Microseconds on the mirror's monotonic clock (the time policies see).
     pub fn now_us(&self) -> u64 {
         self.clock.elapsed().as_micros() as u64
@@ -572,7 +582,7 @@ impl Mirror {
         let views: Vec<LegView> = candidates
             .iter()
             .filter(|&&l| self.legs[l].is_in_sync())
-            .map(|&l| self.legs[l].view())
+            .map(|&l| self.reads[l].lock().view(&self.legs[l]))
             .collect();
         if views.is_empty() {
             return None;
@@ -641,11 +651,20 @@ impl Mirror {
         }
         let hand_overs = match &plan {
             ReadPlan::One(l) | ReadPlan::Spread(l) => {
-                vec![self.legs[*l].hand_over(req.file, req.offset, req.size)]
+                vec![self.reads[*l].lock().hand_over(
+                    &self.legs[*l],
+                    req.file,
+                    req.offset,
+                    req.size,
+                )]
             }
             ReadPlan::Split(p) => p
                 .iter()
-                .map(|x| self.legs[x.leg].hand_over(req.file, x.offset, x.len))
+                .map(|x| {
+                    self.reads[x.leg]
+                        .lock()
+                        .hand_over(&self.legs[x.leg], req.file, x.offset, x.len)
+                })
                 .collect(),
         };
         Some((plan, guards, hand_overs))
@@ -656,10 +675,29 @@ impl Mirror {
         self.plan_read(candidates, req).map(|p| p.first_leg())
     }
 
+    /// The leg a user means by `what` (its name, `legN`, or its directory; see
+    /// [`crate::leg::find`]).
+    pub fn find_leg(&self, what: &std::ffi::OsStr) -> Option<LegIdx> {
+        let paths: Vec<std::path::PathBuf> = self.legs.iter().map(|l| l.path()).collect();
+        let legs: Vec<(&str, &std::path::Path)> = self
+            .legs
+            .iter()
+            .zip(&paths)
+            .map(|(l, p)| (l.name.as_str(), p.as_path()))
+            .collect();
+        crate::leg::find(what, &legs)
+    }
+
+    /// The read policy `spec` names, among these legs.
+    pub fn policy_by_name(&self, spec: &str) -> Option<Box<dyn ReadPolicy>> {
+        crate::policy::by_name(spec, self.legs.len(), &|n| {
+            self.find_leg(std::ffi::OsStr::new(n))
+        })
+    }
+
     /// Replaces the read policy by the one `spec` names; EINVAL (and no change) for a bad name.
     pub fn set_policy(&self, spec: &str) -> Result<()> {
-        let names: Vec<String> = self.legs.iter().map(|l| l.name.clone()).collect();
-        let policy = crate::policy::by_name(spec, &names).ok_or(Errno::EINVAL)?;
+        let policy = self.policy_by_name(spec).ok_or(Errno::EINVAL)?;
         log::info!("read policy: {} -> {}", self.policy_name(), policy.name());
         *self.policy.write() = policy;
         Ok(())
@@ -710,9 +748,12 @@ impl Mirror {
                 let start = std::time::Instant::now();
                 let r = op(leg, offset, len)?;
                 let elapsed = start.elapsed().as_micros() as u64;
-                self.legs[leg].record_read(&hand_overs[piece], r.len() as u64, elapsed, || {
-                    self.now_us()
-                });
+                self.reads[leg].lock().record(
+                    &hand_overs[piece],
+                    r.len() as u64,
+                    elapsed,
+                    self.now_us(),
+                );
                 Ok(r)
             };
             let results: Vec<(LegIdx, u64, u32, Result<T>)> = match &plan {

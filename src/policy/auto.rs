@@ -67,7 +67,7 @@
 //! queues send reads its way (the probe of rule 3 is for the positioning cost of legs of the
 //! same speed).
 
-use crate::leg::LegIdx;
+use super::LegIdx;
 
 use super::{
     outstanding, pick_min_random, readable, service_estimates, LegView, ReadPiece, ReadPlan,

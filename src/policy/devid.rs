@@ -5,7 +5,7 @@
 //! (failed, not in sync for this file, or write-mostly while another leg can serve), the first
 //! candidate in leg order serves, as btrfs falls back to the first stripe.
 
-use crate::leg::LegIdx;
+use super::LegIdx;
 
 use super::{readable, LegView, ReadPlan, ReadPolicy, ReadRequest};
 

@@ -27,7 +27,9 @@ pub mod stream;
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::leg::LegIdx;
+/// A leg, by its position in the leg list (the engine's `leg::LegIdx`; the policies name legs
+/// by index and need nothing else of them).
+pub type LegIdx = usize;
 
 /// Reads up to this size are "small" (their own service-time average); larger ones are "large".
 pub const SMALL_READ_MAX: u32 = 64 * 1024;
@@ -220,11 +222,11 @@ pub const POLICY_FORMS: &str =
     "auto, first, pid, round-robin[:SIZE], devid:N, leg:NAME, nonrot, queue, latency, md";
 
 /// Checks `spec` without knowing the legs (at option parsing): `Err` holds the reason. A
-/// `leg:NAME` is checked against the legs' names later, by [`by_name`].
+/// `leg:NAME` is checked against the legs later, by [`by_name`].
 pub fn check_spec(spec: &str) -> Result<(), String> {
     let ok = match spec.strip_prefix("leg:") {
         Some(name) => !name.is_empty(),
-        None => by_name(spec, &[]).is_some(),
+        None => by_name(spec, 0, &|_| None).is_some(),
     };
     if ok {
         Ok(())
@@ -233,9 +235,14 @@ pub fn check_spec(spec: &str) -> Result<(), String> {
     }
 }
 
-/// The policy `spec` names, or `None` for an unknown name or a bad parameter. `leg_names` are
-/// the legs' names in leg order (for `leg:NAME`).
-pub fn by_name(spec: &str, leg_names: &[String]) -> Option<Box<dyn ReadPolicy>> {
+/// The policy `spec` names among `legs` legs (0: not known yet), or `None` for an unknown
+/// name or a bad parameter. `find` says which leg a `leg:NAME` means (the mirror's one rule
+/// for naming legs).
+pub fn by_name(
+    spec: &str,
+    legs: usize,
+    find: &dyn Fn(&str) -> Option<LegIdx>,
+) -> Option<Box<dyn ReadPolicy>> {
     let (name, param) = match spec.split_once(':') {
         Some((n, p)) => (n, Some(p)),
         None => (spec, None),
@@ -250,15 +257,12 @@ pub fn by_name(spec: &str, leg_names: &[String]) -> Option<Box<dyn ReadPolicy>> 
         ))),
         ("devid", Some(p)) => {
             // Checked against the legs once they are known (at option parsing they are not).
-            let most = leg_names.len().checked_sub(1).unwrap_or(usize::MAX) as u64;
+            let most = legs.checked_sub(1).unwrap_or(usize::MAX) as u64;
             Box::new(devid::Devid::index(
                 crate::value::count(p, 0, most).ok()? as usize
             ))
         }
-        ("leg", Some(p)) => {
-            let idx = leg_names.iter().position(|n| n == p)?;
-            Box::new(devid::Devid::named(idx, p))
-        }
+        ("leg", Some(p)) => Box::new(devid::Devid::named(find(p)?, p)),
         ("nonrot", None) => Box::new(nonrot::Nonrot),
         ("queue", None) => Box::new(queue::Queue::new()),
         ("latency", None) => Box::new(latency::Latency::new()),
@@ -266,6 +270,11 @@ pub fn by_name(spec: &str, leg_names: &[String]) -> Option<Box<dyn ReadPolicy>> 
         _ => return None,
     };
     Some(policy)
+}
+
+/// [`by_name`] among legs known only by their names (the simulator, tests).
+pub fn by_name_among(spec: &str, names: &[String]) -> Option<Box<dyn ReadPolicy>> {
+    by_name(spec, names.len(), &|n| names.iter().position(|x| x == n))
 }
 
 /// The candidates a policy may choose from: every leg that is not write-mostly, or, when all
@@ -413,13 +422,13 @@ mod tests {
                 "leg" => "leg:b",
                 n => n,
             };
-            assert_eq!(by_name(spec, &legs).unwrap().name(), spec);
+            assert_eq!(by_name_among(spec, &legs).unwrap().name(), spec);
             assert!(check_spec(spec).is_ok(), "{spec}");
         }
         for spec in ["round-robin:256K", "round-robin:4K", "devid:0", "leg:a"] {
-            assert_eq!(by_name(spec, &legs).unwrap().name(), spec);
+            assert_eq!(by_name_among(spec, &legs).unwrap().name(), spec);
         }
-        assert!(by_name("fastest-please", &[]).is_none());
+        assert!(by_name_among("fastest-please", &[]).is_none());
     }
 
     #[test]
@@ -444,11 +453,11 @@ mod tests {
         ] {
             let e = check_spec(spec).unwrap_err();
             assert!(e.contains("valid: auto, first, pid"), "{e}");
-            assert!(by_name(spec, &[]).is_none(), "{spec}");
+            assert!(by_name_among(spec, &[]).is_none(), "{spec}");
         }
         // A leg name is only known once the legs are.
         assert!(check_spec("leg:ssd").is_ok());
-        assert!(by_name("leg:ssd", &["hdd".to_string()]).is_none());
+        assert!(by_name_among("leg:ssd", &["hdd".to_string()]).is_none());
     }
 
     #[test]
@@ -482,7 +491,7 @@ mod tests {
                 "leg" => "leg:a",
                 n => n,
             };
-            let p = by_name(spec, &legs).unwrap();
+            let p = by_name_among(spec, &legs).unwrap();
             for pid in 0..4 {
                 assert_eq!(p.pick(&c, &req(pid, 0, 4096)), ReadPlan::One(1), "{spec}");
             }

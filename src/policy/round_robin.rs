@@ -99,11 +99,17 @@ mod tests {
             ("round-robin:1M", "round-robin:1M"),
             ("round-robin:4k", "round-robin:4K"),
         ] {
-            assert_eq!(super::super::by_name(spec, &legs).unwrap().name(), name);
+            assert_eq!(
+                super::super::by_name_among(spec, &legs).unwrap().name(),
+                name
+            );
         }
         for bad in ["", "0", "4095", "-5", "2G", "1.5M", "1e9", "inf"] {
             let spec = format!("round-robin:{bad}");
-            assert!(super::super::by_name(&spec, &legs).is_none(), "{spec}");
+            assert!(
+                super::super::by_name_among(&spec, &legs).is_none(),
+                "{spec}"
+            );
         }
     }
 }

@@ -7,7 +7,7 @@
 //! policy made, and [`done`](StreamTracker::done) when the read has completed (so that the
 //! stream's own in-flight reads are known and not taken for competing load).
 
-use crate::leg::LegIdx;
+use super::LegIdx;
 
 use super::{ReadPlan, StreamView};
 

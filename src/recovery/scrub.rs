@@ -7,12 +7,12 @@
 //! held off (the mirror's barrier, per entry), so that a write in flight is never taken for a
 //! difference; for a large file that holds writers back for as long as its comparison takes.
 
-use super::resync::{scan_stats, tree_options};
-use super::MirrorFs;
+use super::{scan_stats, spawn_job, Recovery};
 use crate::errno::{Errno, Result};
 use crate::leg::LegIdx;
-use crate::stats::ScanStats;
-use crate::tree::{self, Control, Difference, EntryHook, Progress, Repair};
+use crate::mirror::Mirror;
+use crate::stats::{JobState, ScanStats};
+use crate::tree::{self, Control, Difference, EntryHook, Progress};
 use parking_lot::Mutex;
 use std::os::fd::AsFd;
 use std::path::Path;
@@ -21,9 +21,9 @@ use std::sync::{Arc, Weak};
 
 /// How a scrub repairs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ScrubRepair {
+pub enum Repair {
     /// Report only.
-    None,
+    Nothing,
     /// The version most legs hold (three legs or more).
     Majority,
     /// From this leg.
@@ -33,10 +33,10 @@ pub enum ScrubRepair {
 /// One scrub, running or done.
 pub struct ScrubJob {
     pub legs: Vec<LegIdx>,
-    pub repair: ScrubRepair,
+    pub repair: Repair,
     pub progress: Arc<Progress>,
     pub cancel: Arc<AtomicBool>,
-    pub state: Mutex<String>,
+    pub state: Arc<Mutex<JobState>>,
     /// The differing paths (at most [`LISTED`]), for `mirrorfs scrub status`.
     pub listed: Mutex<Vec<String>>,
 }
@@ -48,29 +48,27 @@ impl ScrubJob {
     pub fn scan_stats(&self, names: Vec<String>) -> ScanStats {
         scan_stats(&self.progress, &self.state.lock(), names)
     }
+
+    pub fn is_running(&self) -> bool {
+        self.state.lock().is_running()
+    }
 }
 
 /// Holds every change off while the engine looks at one entry, and counts the legs whose
 /// copy differs from the version most legs hold.
 struct ScrubHook {
-    fs: Weak<MirrorFs>,
-    legs: Vec<LegIdx>,
+    mirror: Arc<Mirror>,
     job: Weak<ScrubJob>,
 }
 
 impl EntryHook for ScrubHook {
     fn with_entry(&self, _path: &Path, work: &mut dyn FnMut()) {
-        match self.fs.upgrade() {
-            Some(fs) => {
-                let _all = fs.mirror.exclusive();
-                work();
-            }
-            None => work(),
-        }
+        let _all = self.mirror.exclusive();
+        work();
     }
 
     fn difference(&self, d: &Difference) {
-        let (Some(fs), Some(job)) = (self.fs.upgrade(), self.job.upgrade()) else {
+        let Some(job) = self.job.upgrade() else {
             return;
         };
         // The copy taken as good: the named source's, or the version more legs hold than any
@@ -79,7 +77,7 @@ impl EntryHook for ScrubHook {
         let versions: Vec<usize> = d.legs.iter().map(|l| l.version).collect();
         let count = |v: usize| versions.iter().filter(|&&x| x == v).count();
         let good = match job.repair {
-            ScrubRepair::From(l) => self.legs.iter().position(|&x| x == l).map(|i| versions[i]),
+            Repair::From(l) => job.legs.iter().position(|&x| x == l).map(|i| versions[i]),
             _ => versions
                 .iter()
                 .copied()
@@ -87,8 +85,8 @@ impl EntryHook for ScrubHook {
         };
         for (i, v) in versions.iter().enumerate() {
             if good != Some(*v) {
-                if let Some(&leg) = self.legs.get(i) {
-                    fs.mirror
+                if let Some(&leg) = job.legs.get(i) {
+                    self.mirror
                         .leg(leg)
                         .counters
                         .checksum_errors
@@ -105,17 +103,12 @@ impl EntryHook for ScrubHook {
     }
 }
 
-impl MirrorFs {
-    /// The running or last scrub.
-    pub fn scrub_job(&self) -> Option<Arc<ScrubJob>> {
-        self.scrub_slot.lock().clone()
-    }
-
+impl Recovery {
     /// Starts a scrub of the in-sync legs. EBUSY while one runs; EINVAL for a repair that
     /// cannot work (majority with two legs, a source leg not in sync).
-    pub fn start_scrub(self: &Arc<Self>, repair: ScrubRepair) -> Result<()> {
-        let mut slot = self.scrub_slot.lock();
-        if slot.as_ref().is_some_and(|j| *j.state.lock() == "running") {
+    pub(super) fn start_scrub(self: &Arc<Self>, repair: Repair) -> Result<()> {
+        let mut slot = self.scrub.lock();
+        if slot.as_ref().is_some_and(|j| j.is_running()) {
             return Err(Errno::EBUSY);
         }
         let legs = self.mirror.in_sync_legs();
@@ -123,51 +116,42 @@ impl MirrorFs {
             return Err(Errno::EINVAL);
         }
         let engine_repair = match repair {
-            ScrubRepair::None => Repair::None,
-            ScrubRepair::Majority if legs.len() >= 3 => Repair::Majority,
-            ScrubRepair::Majority => return Err(Errno::EINVAL),
-            ScrubRepair::From(l) => {
-                Repair::FromLeg(legs.iter().position(|&x| x == l).ok_or(Errno::EINVAL)?)
+            Repair::Nothing => tree::Repair::None,
+            Repair::Majority if legs.len() >= 3 => tree::Repair::Majority,
+            Repair::Majority => return Err(Errno::EINVAL),
+            Repair::From(l) => {
+                tree::Repair::FromLeg(legs.iter().position(|&x| x == l).ok_or(Errno::EINVAL)?)
             }
         };
         let job = Arc::new(ScrubJob {
-            legs: legs.clone(),
+            legs,
             repair,
             progress: Arc::new(Progress::new()),
             cancel: Arc::new(AtomicBool::new(false)),
-            state: Mutex::new("running".into()),
+            state: Arc::new(Mutex::new(JobState::Running)),
             listed: Mutex::new(Vec::new()),
         });
         *slot = Some(job.clone());
         drop(slot);
-        let fs = self.clone();
+        let me = self.clone();
         let thread_job = job.clone();
-        let started = std::thread::Builder::new()
-            .name("scrub".into())
-            .spawn(move || {
-                let run = std::panic::AssertUnwindSafe(|| fs.run_scrub(&thread_job, engine_repair));
-                if std::panic::catch_unwind(run).is_err() {
-                    thread_job.progress.set_phase(crate::tree::Phase::Failed);
-                    *thread_job.state.lock() = "failed: internal error (see the log)".into();
-                }
-            });
-        if let Err(e) = started {
-            job.progress.set_phase(crate::tree::Phase::Failed);
-            *job.state.lock() = format!("failed: cannot start its thread: {e}");
-            log::error!("scrub: cannot start its thread: {e}");
-            return Err(Errno::EAGAIN);
-        }
-        Ok(())
+        spawn_job(
+            "scrub",
+            job.state.clone(),
+            job.progress.clone(),
+            || {},
+            move || me.run_scrub(&thread_job, engine_repair),
+        )
     }
 
     /// Cancels the running scrub, if any.
     pub fn cancel_scrub(&self) {
-        if let Some(j) = self.scrub_slot.lock().as_ref() {
+        if let Some(j) = self.scrub.lock().as_ref() {
             j.cancel.store(true, Ordering::Relaxed);
         }
     }
 
-    fn run_scrub(self: &Arc<Self>, job: &Arc<ScrubJob>, repair: Repair) {
+    fn run_scrub(&self, job: &Arc<ScrubJob>, repair: tree::Repair) {
         let r = (|| -> Result<tree::ScrubReport> {
             let roots = job
                 .legs
@@ -175,26 +159,19 @@ impl MirrorFs {
                 .map(|&l| self.mirror.leg(l).root())
                 .collect::<Result<Vec<_>>>()?;
             let fds: Vec<_> = roots.iter().map(|r| r.as_fd()).collect();
-
             let ctl = Control {
                 progress: job.progress.clone(),
                 cancel: job.cancel.clone(),
-                throttle: self.recovery.throttle.clone(),
+                throttle: self.throttle.clone(),
                 hook: Arc::new(ScrubHook {
-                    fs: Arc::downgrade(self),
-                    legs: job.legs.clone(),
+                    mirror: self.mirror.clone(),
                     job: Arc::downgrade(job),
                 }),
             };
-            tree::scrub(
-                &fds,
-                &tree_options(self.config.hide_lost_found),
-                repair,
-                &ctl,
-            )
+            tree::scrub(&fds, &self.tree, repair, &ctl)
         })();
         let state = match r {
-            Ok(rep) if rep.cancelled => "cancelled".to_string(),
+            Ok(rep) if rep.cancelled => JobState::Cancelled,
             Ok(rep) => {
                 log::warn!(
                     "scrub finished: {} entries, {} differences, {} repaired, {} left",
@@ -203,11 +180,11 @@ impl MirrorFs {
                     rep.repaired,
                     rep.unrepaired
                 );
-                "finished".to_string()
+                JobState::Finished
             }
             Err(e) => {
                 log::error!("scrub failed: {e}");
-                format!("failed: {e}")
+                JobState::Failed(e.to_string())
             }
         };
         *job.state.lock() = state;

@@ -1,11 +1,14 @@
-//! Bringing a leg back up to date while the mirror serves: the resync.
+//! Bringing a leg back up to date while the mirror serves: the resync; and, at mount, crash
+//! recovery.
 //!
 //! A leg that is behind (stale at mount, dropped after an error, or re-added by
 //! `mirrorfs leg add`) is resynced from the metadata leg (the first in-sync one) in the
 //! background, by the tree engine ([`crate::tree`]), throttled by `resync_speed_max`:
 //!
 //! 1. **First pass**: the paths of its away log (what changed while it was away, plus the
-//!    source's write-intent log), or the whole tree when there is no away log (full resync).
+//!    source's write-intent log), or the whole tree when there is no usable away log (full
+//!    resync; its away log then says so until the leg joins, see
+//!    [`crate::meta::changes::WHOLE_TREE`]).
 //! 2. **Catch-up passes**: the paths changed meanwhile (the away record keeps growing while
 //!    the leg resyncs), until few are left.
 //! 3. **Join**: with every change held off (the mirror's barrier), the last changed paths are
@@ -15,20 +18,21 @@
 //! While it resyncs the leg serves no read and takes no write from users: only the engine
 //! writes it. If the daemon dies halfway, the leg is still recorded as dropped (stale) by the
 //! others, and its away log is still there: the next mount resyncs it again from the start,
-//! which converges (the engine is idempotent, see [`crate::tree`]).
+//! which converges (the engine is idempotent, see [`crate::tree`]). A resync that fails or is
+//! cancelled leaves the leg out (FAULTED) in the same way.
 
-use super::MirrorFs;
+use super::{scan_stats, spawn_job, Recovery};
 use crate::errno::{Errno, Result};
 use crate::leg::{LegIdx, LegState};
 use crate::meta::changes::ChangeLog;
-use crate::stats::ScanStats;
+use crate::stats::{JobState, ScanStats};
 use crate::sys;
-use crate::tree::{self, Control, Phase, Progress, Throttle, TreeOptions};
+use crate::tree::{self, Control, Phase, Progress, Throttle};
 use parking_lot::Mutex;
 use std::ffi::OsString;
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStringExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -38,53 +42,53 @@ const FEW_CHANGES: usize = 256;
 /// rest with changes held off).
 const MAX_PASSES: u32 = 8;
 
-/// One resync, running or done (for the stats and `mirrorfs status`).
-pub struct ResyncJob {
-    pub target: LegIdx,
-    /// "incremental" or "full".
-    pub mode: &'static str,
-    pub progress: Arc<Progress>,
-    pub cancel: Arc<AtomicBool>,
-    /// running, finished, cancelled or failed (with the reason).
-    pub state: Mutex<String>,
-    pub passes: AtomicU64,
+/// What a resync's first pass covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResyncMode {
+    /// The paths changed while the leg was away.
+    Incremental,
+    /// The whole tree.
+    Full,
 }
 
-/// State of the recovery machinery of one mount.
-pub struct Recovery {
-    pub resync: Mutex<Option<Arc<ResyncJob>>>,
-    /// Bytes per second a resync or scrub may read or write; 0 = unlimited.
-    pub speed_max: AtomicU64,
-    /// The one throttle resyncs and scrubs share, so that a new `resync_speed_max` applies
-    /// to a run that is going.
-    pub throttle: Arc<Throttle>,
-}
-
-impl Default for Recovery {
-    fn default() -> Self {
-        Recovery {
-            resync: Mutex::new(None),
-            speed_max: AtomicU64::new(0),
-            throttle: Arc::new(Throttle::new(None)),
+impl ResyncMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResyncMode::Incremental => "incremental",
+            ResyncMode::Full => "full",
         }
     }
 }
 
-/// The engine's options for this mount: `.mirrorfs` and a leg filesystem's own `lost+found`
-/// are not part of the mirror.
-pub(super) fn tree_options(hide_lost_found: bool) -> TreeOptions {
-    let mut skip = vec![OsString::from(crate::meta::META_DIR)];
-    if hide_lost_found {
-        skip.push(OsString::from("lost+found"));
+/// One resync, running or done (for the stats and `mirrorfs status`).
+pub struct ResyncJob {
+    pub target: LegIdx,
+    pub mode: ResyncMode,
+    pub progress: Arc<Progress>,
+    pub cancel: Arc<AtomicBool>,
+    pub state: Arc<Mutex<JobState>>,
+    pub passes: AtomicU64,
+}
+
+impl ResyncJob {
+    /// The job as the stats show it.
+    pub fn scan_stats(&self, target_name: &str) -> ScanStats {
+        scan_stats(
+            &self.progress,
+            &self.state.lock(),
+            vec![target_name.to_string()],
+        )
     }
-    TreeOptions {
-        skip_root_names: skip,
-        ..TreeOptions::default()
+
+    pub fn is_running(&self) -> bool {
+        self.state.lock().is_running()
     }
 }
 
-/// Log records (relative paths, `.` for the root) as the engine's paths.
-pub(super) fn to_paths(records: Vec<Vec<u8>>) -> Vec<PathBuf> {
+/// Log records (relative paths, `.` for the root) as the engine's paths; anything that is not
+/// a plain relative path (a torn record, the [`crate::meta::changes::WHOLE_TREE`] mark) is
+/// left out.
+fn to_paths(records: Vec<Vec<u8>>) -> Vec<PathBuf> {
     records
         .into_iter()
         .map(|r| {
@@ -101,59 +105,23 @@ pub(super) fn to_paths(records: Vec<Vec<u8>>) -> Vec<PathBuf> {
         .collect()
 }
 
-impl ResyncJob {
-    /// The job as the stats show it.
-    pub fn scan_stats(&self, target_name: &str) -> ScanStats {
-        scan_stats(
-            &self.progress,
-            &self.state.lock(),
-            vec![target_name.to_string()],
-        )
-    }
-}
-
-/// A progress snapshot in the stats' form.
-pub(super) fn scan_stats(progress: &Progress, state: &str, legs: Vec<String>) -> ScanStats {
-    let s = progress.snapshot();
-    ScanStats {
-        state: state.to_string(),
-        legs,
-        started_unix_s: s.started_unix,
-        elapsed_s: s.elapsed_secs as u64,
-        done_entries: s.entries_done,
-        total_entries: s.entries_total,
-        done_bytes: s.bytes_done,
-        total_bytes: s.bytes_total,
-        rate: s.bytes_per_sec as u64,
-        eta_s: if state == "running" {
-            s.eta_secs.map(|e| e as u64)
-        } else {
-            None
-        },
-        differences: s.differences,
-        repaired: s.repaired,
-        errors: s.errors,
-    }
-}
-
-impl MirrorFs {
+impl Recovery {
     /// After a crash: makes the paths of the write-intent logs identical on every in-sync leg,
     /// copying from the metadata leg, before the mount serves anything. Returns how many
     /// paths were checked.
     pub fn recover_after_crash(&self) -> Result<usize> {
         let legs = self.mirror.in_sync_legs();
-        let paths: Vec<PathBuf> = legs.iter().map(|&l| self.mirror.leg(l).path()).collect();
-        let roots: Vec<&std::path::Path> = paths.iter().map(PathBuf::as_path).collect();
+        let roots: Vec<PathBuf> = legs.iter().map(|&l| self.mirror.leg(l).path()).collect();
+        let roots: Vec<&Path> = roots.iter().map(PathBuf::as_path).collect();
         let paths = to_paths(ChangeLog::read_intent(&roots));
         let Some((&source, rest)) = legs.split_first() else {
             return Ok(0);
         };
         let src = self.mirror.leg(source).root()?;
-        let opts = tree_options(self.config.hide_lost_found);
         for &l in rest {
             let ctl = Control::new(None);
             let dst = self.mirror.leg(l).root()?;
-            let r = tree::sync_paths(src.as_fd(), dst.as_fd(), &paths, &opts, &ctl)?;
+            let r = tree::sync_paths(src.as_fd(), dst.as_fd(), &paths, &self.tree, &ctl)?;
             log::warn!(
                 "after the crash: {} path(s) from the write-intent log checked on '{}': {} \
                  created, {} updated, {} removed",
@@ -167,24 +135,12 @@ impl MirrorFs {
         Ok(paths.len())
     }
 
-    /// Sets the resync and scrub speed limit, bytes per second (0: unlimited).
-    pub fn set_resync_speed_max(&self, bytes: u64) {
-        self.recovery.speed_max.store(bytes, Ordering::Relaxed);
-        self.recovery
-            .throttle
-            .set_speed_max((bytes > 0).then_some(bytes));
-    }
-
-    /// The running or last resync.
-    pub fn resync_job(&self) -> Option<Arc<ResyncJob>> {
-        self.recovery.resync.lock().clone()
-    }
-
     /// Starts resyncing `target` in the background (incremental when its away log is there
-    /// and `full` is false). EBUSY while another resync runs; EEXIST if it is in sync.
+    /// and `full` is false). EBUSY while another resync runs; EEXIST if it is in sync; EINVAL
+    /// for a removed leg, or a directory that holds another member's or anyone's data.
     pub fn start_resync(self: &Arc<Self>, target: LegIdx, full: bool) -> Result<()> {
-        let mut slot = self.recovery.resync.lock();
-        if slot.as_ref().is_some_and(|j| *j.state.lock() == "running") {
+        let mut slot = self.resync.lock();
+        if slot.as_ref().is_some_and(|j| j.is_running()) {
             return Err(Errno::EBUSY);
         }
         let leg = self.mirror.leg(target);
@@ -205,24 +161,23 @@ impl MirrorFs {
             _ => return Err(Errno::EINVAL),
         }
         let source = self.mirror.metadata_leg();
+        let in_sync = self.mirror.in_sync_legs();
         // The away record as far as it goes now, on disk.
-        self.mirror
-            .changes()
-            .flush_away(&self.mirror.in_sync_legs());
-        let paths = if full {
-            None
-        } else {
-            ChangeLog::read_away(&self.mirror.leg(source).path(), &id).map(|mut away| {
+        self.mirror.changes().flush_away(&in_sync);
+        let source_root = self.mirror.leg(source).path();
+        let paths = match full {
+            true => None,
+            false => ChangeLog::read_away(&source_root, &id).map(|mut away| {
                 // The source's intent log: changes of the last second before a crash.
-                away.extend(ChangeLog::read_intent(&[&self.mirror.leg(source).path()]));
+                away.extend(ChangeLog::read_intent(&[&source_root]));
                 away
-            })
+            }),
         };
         if paths.is_none() {
             // Until it has joined, this member needs a full resync, whatever happens to this one.
             self.mirror
                 .changes()
-                .mark_whole_tree(&id, &self.mirror.in_sync_legs())
+                .mark_whole_tree(&id, &in_sync)
                 .map_err(Errno::from)?;
         }
         leg.set_state(LegState::Resyncing);
@@ -231,14 +186,13 @@ impl MirrorFs {
         self.mirror.changes().take_changed(&id);
         let job = Arc::new(ResyncJob {
             target,
-            mode: if paths.is_some() {
-                "incremental"
-            } else {
-                "full"
+            mode: match paths {
+                Some(_) => ResyncMode::Incremental,
+                None => ResyncMode::Full,
             },
             progress: Arc::new(Progress::new()),
             cancel: Arc::new(AtomicBool::new(false)),
-            state: Mutex::new("running".into()),
+            state: Arc::new(Mutex::new(JobState::Running)),
             passes: AtomicU64::new(0),
         });
         *slot = Some(job.clone());
@@ -247,67 +201,28 @@ impl MirrorFs {
             "resync of leg {} ('{}') started ({} from '{}')",
             target,
             leg.path().display(),
-            job.mode,
-            self.mirror.leg(source).path().display()
+            job.mode.as_str(),
+            source_root.display()
         );
-        let fs = self.clone();
+        let me = self.clone();
+        let failed = self.clone();
         let thread_job = job.clone();
-        let started = std::thread::Builder::new()
-            .name("resync".into())
-            .spawn(move || {
-                let run =
-                    std::panic::AssertUnwindSafe(|| fs.run_resync(&thread_job, source, &id, paths));
-                if std::panic::catch_unwind(run).is_err() {
-                    // A bug, not the data: the leg stays out and the job says so.
-                    fs.mirror.leg(thread_job.target).set_state(LegState::Failed);
-                    thread_job.progress.set_phase(Phase::Failed);
-                    *thread_job.state.lock() = "failed: internal error (see the log)".into();
-                }
-                fs.resync_next_stale();
-            });
-        if let Err(e) = started {
-            // Nothing was written: the leg stays out, and the job says why.
-            leg.set_state(LegState::Failed);
-            job.progress.set_phase(Phase::Failed);
-            *job.state.lock() = format!("failed: cannot start its thread: {e}");
-            log::error!("resync of leg {target}: cannot start its thread: {e}");
-            return Err(Errno::EAGAIN);
-        }
-        Ok(())
-    }
-
-    /// Lets go of every descriptor on legs that are out of the mirror (dropped, stale,
-    /// missing, removed), so that their filesystems can be unmounted, checked and mounted again
-    /// while the mirror serves; `mirrorfs leg add` opens the leg afresh from its path. Called
-    /// by the background sweep.
-    pub fn release_dropped_legs(&self) {
-        // Serialised with start_resync, which takes the leg back.
-        let _slot = self.recovery.resync.lock();
-        for leg in self.mirror.legs() {
-            if !matches!(
-                leg.state(),
-                LegState::Failed | LegState::Stale | LegState::Missing | LegState::Removed
-            ) || leg.root().is_err()
-            {
-                continue;
-            }
-            self.inodes.detach_leg(leg.idx);
-            for h in self.handles.open_files() {
-                h.attach(leg.idx, None);
-            }
-            if leg.close_root() {
-                log::info!(
-                    "leg {} ('{}') is out of the mirror: its descriptors are closed",
-                    leg.idx,
-                    leg.path().display()
-                );
-            }
-        }
+        spawn_job(
+            "resync",
+            job.state.clone(),
+            job.progress.clone(),
+            // Nothing more is written: the leg stays out.
+            move || failed.mirror.leg(target).set_state(LegState::Failed),
+            move || {
+                me.run_resync(&thread_job, source, &id, paths);
+                me.resync_next_stale();
+            },
+        )
     }
 
     /// Cancels the running resync, if any (unmount, `mirrorfs leg fail`).
     pub fn cancel_resync(&self) {
-        if let Some(j) = self.recovery.resync.lock().as_ref() {
+        if let Some(j) = self.resync.lock().as_ref() {
             j.cancel.store(true, Ordering::Relaxed);
         }
     }
@@ -324,7 +239,7 @@ impl MirrorFs {
                     leg.path().display()
                 );
                 job.progress.set_phase(Phase::Done);
-                "finished".to_string()
+                JobState::Finished
             }
             Err(e) => {
                 leg.set_state(LegState::Failed);
@@ -340,10 +255,9 @@ impl MirrorFs {
                     leg.path().display(),
                     if cancelled { "cancelled" } else { "failed" }
                 );
-                if cancelled {
-                    "cancelled".to_string()
-                } else {
-                    format!("failed: {e}")
+                match cancelled {
+                    true => JobState::Cancelled,
+                    false => JobState::Failed(e.to_string()),
                 }
             }
         };
@@ -352,7 +266,7 @@ impl MirrorFs {
 
     /// Starts the resync of the next stale leg, if any (several legs that came back are
     /// resynced one after the other).
-    fn resync_next_stale(self: &Arc<Self>) {
+    pub fn resync_next_stale(self: &Arc<Self>) {
         if self.mirror.is_stopping() {
             return;
         }
@@ -380,12 +294,12 @@ impl MirrorFs {
         let src_root = self.mirror.leg(source).root()?;
         let dst_root = self.mirror.leg(target).root()?;
         let (src, dst) = (src_root.as_fd(), dst_root.as_fd());
-        let opts = tree_options(self.config.hide_lost_found);
+        let opts = &self.tree;
 
         let ctl = Control {
             progress: job.progress.clone(),
             cancel: job.cancel.clone(),
-            throttle: self.recovery.throttle.clone(),
+            throttle: self.throttle.clone(),
             hook: Arc::new(tree::NoHook),
         };
         // One pass: the paths changed since the last, with its own progress counters (the
@@ -397,13 +311,13 @@ impl MirrorFs {
                 throttle,
                 ..ctl.clone()
             };
-            let r = tree::sync_paths(src, dst, &to_paths(records), &opts, &ctl)?;
+            let r = tree::sync_paths(src, dst, &to_paths(records), opts, &ctl)?;
             self.check_pass(&r)
         };
         job.passes.fetch_add(1, Ordering::Relaxed);
         let first = match paths {
-            Some(p) => tree::sync_paths(src, dst, &to_paths(p), &opts, &ctl)?,
-            None => tree::sync_full(src, dst, &opts, &ctl)?,
+            Some(p) => tree::sync_paths(src, dst, &to_paths(p), opts, &ctl)?,
+            None => tree::sync_full(src, dst, opts, &ctl)?,
         };
         self.check_pass(&first)?;
         // Catch up with what changed meanwhile.
@@ -412,7 +326,7 @@ impl MirrorFs {
             if pending.len() < FEW_CHANGES {
                 break;
             }
-            pass(pending, self.recovery.throttle.clone())?;
+            pass(pending, self.throttle.clone())?;
             pending = self.mirror.changes().take_changed(id);
         }
         // Join, with every change held off (and no throttle: writers are waiting).
@@ -420,7 +334,7 @@ impl MirrorFs {
         pending.extend(self.mirror.changes().take_changed(id));
         pass(pending, Arc::new(Throttle::new(None)))?;
         self.mirror.leg(target).flush()?;
-        self.attach_leg(target)?;
+        self.objects.attach_leg(target)?;
         self.mirror.join_leg(target, id);
         Ok(())
     }
@@ -430,45 +344,6 @@ impl MirrorFs {
         if r.cancelled || self.mirror.is_stopping() {
             return Err(Errno::ECANCELED);
         }
-        Ok(())
-    }
-
-    /// Gives every live inode and open file its copy on `target` (which holds the same tree
-    /// as the metadata leg now). Called with every change held off.
-    fn attach_leg(&self, target: LegIdx) -> Result<()> {
-        let leg = self.mirror.leg(target);
-        let leg_root = leg.root()?;
-        let root = sys::fd::reopen(leg_root.as_fd(), libc::O_PATH | libc::O_DIRECTORY)?;
-        let report = self.inodes.attach_leg(target, root, |inode| {
-            let Some(rel) = self.leg_relpath(inode) else {
-                return Ok(None);
-            };
-            if rel == b"." {
-                return Ok(None);
-            }
-            match sys::fd::open_beneath(leg_root.as_fd(), &rel) {
-                Ok(fd) => Ok(Some(fd)),
-                Err(Errno::ENOENT) => Ok(None),
-                Err(e) => Err(e),
-            }
-        })?;
-        // Open files: a descriptor on the leg's new copy (an old one, from before the leg
-        // left, may name a file the resync replaced).
-        for h in self.handles.open_files() {
-            if !h.inode.has_leg(target) {
-                h.attach(target, None);
-                continue;
-            }
-            let path_fd = h.inode.fd(target)?;
-            let opened =
-                super::data::open_maybe_direct(h.flags, |f| sys::fd::reopen(path_fd.as_fd(), f))?;
-            h.attach(target, Some(opened));
-        }
-        log::info!(
-            "leg {target} attached to {} live object(s) ({} deleted while open left without it)",
-            report.attached,
-            report.unresolved
-        );
         Ok(())
     }
 }

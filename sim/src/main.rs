@@ -1,9 +1,9 @@
 //! `make sim`: every read policy on the seed workloads over modelled legs, as Markdown tables
 //! (a summary, then the detail of each workload). Deterministic: the same numbers every run.
 //!
-//!     cargo run --release --example sim [-- SECONDS]
+//!     cargo run --release -p mirrorfs-sim [-- SECONDS]
 
-use mirrorfs::sim::{detail_table, run_all, summary_table, workload::seed_workloads};
+use mirrorfs_sim::{detail_table, run_all, summary_table, workload::seed_workloads};
 
 fn main() {
     let seconds: f64 = std::env::args()

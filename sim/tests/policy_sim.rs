@@ -3,8 +3,8 @@
 //! policy constant is tuned a little. The numbers behind each assertion are in
 //! `docs/policies.md`.
 
-use mirrorfs::sim::workload::seed_workload;
-use mirrorfs::sim::{run, RunResult};
+use mirrorfs_sim::workload::seed_workload;
+use mirrorfs_sim::{run, RunResult};
 
 /// Simulated time per run: long enough for the stickiness timers (250 ms) and the
 /// time-decayed estimates to matter, short enough for a debug build.
@@ -29,7 +29,7 @@ fn the_simulator_is_deterministic() {
 
 #[test]
 fn auto_is_never_much_worse_than_btrfs_pid() {
-    for w in mirrorfs::sim::workload::seed_workloads(DURATION_US) {
+    for w in mirrorfs_sim::workload::seed_workloads(DURATION_US) {
         let auto = run(&w, "auto", 0).mbs();
         let pid = run(&w, "pid", 0).mbs().max(run(&w, "pid", 1).mbs());
         assert!(

@@ -19,9 +19,9 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::fmt::Write as _;
 
-use crate::policy::service_time::ServiceTime;
-use crate::policy::stream::{StreamId, StreamTracker};
-use crate::policy::{by_name, LegView, ReadPlan, ReadRequest};
+use mirrorfs::policy::service_time::ServiceTime;
+use mirrorfs::policy::stream::{StreamId, StreamTracker};
+use mirrorfs::policy::{by_name_among, LegView, ReadPlan, ReadRequest};
 
 use device::{Device, Io};
 pub use workload::{Job, LegSpec, Pattern, Workload};
@@ -156,7 +156,8 @@ struct JobState {
 /// candidate or does not cover the read exactly.
 pub fn run(w: &Workload, policy_spec: &str, pid_offset: u32) -> RunResult {
     let names: Vec<String> = w.legs.iter().map(|l| l.name.to_string()).collect();
-    let policy = by_name(policy_spec, &names).unwrap_or_else(|| panic!("policy {policy_spec}"));
+    let policy =
+        by_name_among(policy_spec, &names).unwrap_or_else(|| panic!("policy {policy_spec}"));
     let mut legs: Vec<Leg> = w
         .legs
         .iter()

@@ -1,0 +1,69 @@
+//! The core's live objects as the recovery sees them ([`LiveObjects`]): attaching a leg that
+//! has joined to every inode the kernel holds and every open file, and letting go of a leg
+//! that is out of the mirror.
+
+use super::handle::HandleTable;
+use super::inode::InodeTable;
+use crate::errno::{Errno, Result};
+use crate::leg::LegIdx;
+use crate::mirror::Mirror;
+use crate::recovery::LiveObjects;
+use crate::sys;
+use std::os::fd::AsFd;
+use std::sync::Arc;
+
+/// The inode and handle tables, shared with the core.
+pub(super) struct Live {
+    pub mirror: Arc<Mirror>,
+    pub inodes: Arc<InodeTable>,
+    pub handles: Arc<HandleTable>,
+}
+
+impl LiveObjects for Live {
+    /// Gives every live inode and open file its copy on `target` (which holds the same tree as
+    /// the metadata leg now), found by the inode's path on the metadata leg, one component at
+    /// a time without following symlinks. An open file gets a descriptor on the leg's copy,
+    /// opened with its flags minus `O_TRUNC`/`O_EXCL`/`O_CREAT` (an old one, from before the
+    /// leg left, may name a file the resync replaced).
+    fn attach_leg(&self, target: LegIdx) -> Result<()> {
+        let leg = self.mirror.leg(target);
+        let leg_root = leg.root()?;
+        let root = sys::fd::reopen(leg_root.as_fd(), libc::O_PATH | libc::O_DIRECTORY)?;
+        let report = self.inodes.attach_leg(target, root, |inode| {
+            let Some(rel) = super::relpath(&self.mirror, inode) else {
+                return Ok(None);
+            };
+            if rel == b"." {
+                return Ok(None);
+            }
+            match sys::fd::open_beneath(leg_root.as_fd(), &rel) {
+                Ok(fd) => Ok(Some(fd)),
+                Err(Errno::ENOENT) => Ok(None),
+                Err(e) => Err(e),
+            }
+        })?;
+        for h in self.handles.open_files() {
+            if !h.inode.has_leg(target) {
+                h.attach(target, None);
+                continue;
+            }
+            let path_fd = h.inode.fd(target)?;
+            let opened =
+                super::data::open_maybe_direct(h.flags, |f| sys::fd::reopen(path_fd.as_fd(), f))?;
+            h.attach(target, Some(opened));
+        }
+        log::info!(
+            "leg {target} attached to {} live object(s) ({} deleted while open left without it)",
+            report.attached,
+            report.unresolved
+        );
+        Ok(())
+    }
+
+    fn detach_leg(&self, leg: LegIdx) {
+        self.inodes.detach_leg(leg);
+        for h in self.handles.open_files() {
+            h.attach(leg, None);
+        }
+    }
+}

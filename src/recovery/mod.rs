@@ -1,0 +1,293 @@
+//! Keeping the legs identical in the background, and changing which legs make up the mirror:
+//! the resync of a leg that was out ([`resync`]), crash recovery at mount, the scrub
+//! ([`scrub`]), the leg commands (`mirrorfs leg`, `user.mirrorfs.leg`, parsed in [`command`]),
+//! and the sweep that flushes the change records and lets go of legs out of the mirror.
+//!
+//! Built on the mirror engine ([`Mirror`]) and the tree engine ([`crate::tree`]). It reaches the
+//! core's live objects (the inodes the kernel holds, the open files) only through the narrow
+//! [`LiveObjects`] trait, which the core implements: it knows nothing of FUSE, inodes or
+//! handles, and holds no pointer back into the core.
+
+pub mod command;
+mod resync;
+mod scrub;
+
+pub use command::{LegCommand, RepairFrom, ScrubCommand};
+pub use resync::ResyncJob;
+pub use scrub::ScrubJob;
+
+use crate::errno::{Errno, Result};
+use crate::leg::{LegIdx, LegState};
+use crate::mirror::outcome::DropReason;
+use crate::mirror::Mirror;
+use crate::stats::{JobState, ScanStats};
+use crate::tree::{Progress, Throttle, TreeOptions};
+use parking_lot::Mutex;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// What the recovery needs of the core's live objects.
+pub trait LiveObjects: Send + Sync {
+    /// Gives every live object and open file its copy on `leg`, which now holds the same tree
+    /// as the metadata leg. Called with every change held off (the mirror's barrier).
+    fn attach_leg(&self, leg: LegIdx) -> Result<()>;
+    /// Lets go of every descriptor on `leg`, which is out of the mirror.
+    fn detach_leg(&self, leg: LegIdx);
+}
+
+/// The background work of one mount.
+pub struct Recovery {
+    mirror: Arc<Mirror>,
+    objects: Arc<dyn LiveObjects>,
+    /// The tree engine's options for this mount (what is not part of the mirror).
+    tree: TreeOptions,
+    /// The mount point: a new leg may not be inside it.
+    mount: PathBuf,
+    resync: Mutex<Option<Arc<ResyncJob>>>,
+    scrub: Mutex<Option<Arc<ScrubJob>>>,
+    /// Bytes per second a resync or scrub may read or write; 0 = unlimited.
+    speed_max: AtomicU64,
+    /// The one throttle resyncs and scrubs share, so that a new `resync_speed_max` applies
+    /// to a run that is going.
+    throttle: Arc<Throttle>,
+}
+
+impl Recovery {
+    /// The recovery of the mirror `mirror` mounted on `mount`; `hide_lost_found` when some leg
+    /// is the root of its own filesystem (its `lost+found` is not part of the mirror).
+    pub fn new(
+        mirror: Arc<Mirror>,
+        objects: Arc<dyn LiveObjects>,
+        hide_lost_found: bool,
+        mount: PathBuf,
+    ) -> Arc<Recovery> {
+        let tree = TreeOptions {
+            skip_root_names: crate::meta::foreign_root_names(hide_lost_found),
+            ..TreeOptions::default()
+        };
+        Arc::new(Recovery {
+            mirror,
+            objects,
+            tree,
+            mount,
+            resync: Mutex::new(None),
+            scrub: Mutex::new(None),
+            speed_max: AtomicU64::new(0),
+            throttle: Arc::new(Throttle::new(None)),
+        })
+    }
+
+    /// Sets the resync and scrub speed limit, bytes per second (0: unlimited); it applies to
+    /// the pass that is running.
+    pub fn set_speed_max(&self, bytes: u64) {
+        self.speed_max.store(bytes, Ordering::Relaxed);
+        self.throttle.set_speed_max((bytes > 0).then_some(bytes));
+    }
+
+    pub fn speed_max(&self) -> u64 {
+        self.speed_max.load(Ordering::Relaxed)
+    }
+
+    /// The running or last resync.
+    pub fn resync_job(&self) -> Option<Arc<ResyncJob>> {
+        self.resync.lock().clone()
+    }
+
+    /// The running or last scrub.
+    pub fn scrub_job(&self) -> Option<Arc<ScrubJob>> {
+        self.scrub.lock().clone()
+    }
+
+    /// At unmount: the running resync and scrub stop.
+    pub fn cancel_all(&self) {
+        self.cancel_resync();
+        self.cancel_scrub();
+    }
+
+    /// Starts the sweep: every second, the away logs are flushed, idle write-intent entries
+    /// cleared, and legs out of the mirror let go of, until the mirror is unmounted.
+    pub fn start_sweeper(self: &Arc<Self>) -> std::io::Result<()> {
+        let me = self.clone();
+        std::thread::Builder::new()
+            .name("changes".into())
+            .spawn(move || {
+                while !me.mirror.is_stopping() {
+                    me.mirror.sweep_changes();
+                    me.release_dropped_legs();
+                    std::thread::sleep(std::time::Duration::from_secs(1));
+                }
+            })
+            .map(drop)
+    }
+
+    /// Lets go of every descriptor on legs that are out of the mirror (dropped, stale,
+    /// missing, removed), so that their filesystems can be unmounted, checked and mounted
+    /// again while the mirror serves; `mirrorfs leg add` opens the leg afresh from its path.
+    pub fn release_dropped_legs(&self) {
+        // Serialised with start_resync, which takes the leg back.
+        let _slot = self.resync.lock();
+        for leg in self.mirror.legs() {
+            let out = matches!(
+                leg.state(),
+                LegState::Failed | LegState::Stale | LegState::Missing | LegState::Removed
+            );
+            if !out || leg.root().is_err() {
+                continue;
+            }
+            self.objects.detach_leg(leg.idx);
+            if leg.close_root() {
+                log::info!(
+                    "leg {} ('{}') is out of the mirror: its descriptors are closed",
+                    leg.idx,
+                    leg.path().display()
+                );
+            }
+        }
+    }
+
+    /// The leg a command names; EINVAL for none.
+    fn leg_named(&self, what: &std::ffi::OsStr) -> Result<LegIdx> {
+        self.mirror.find_leg(what).ok_or(Errno::EINVAL)
+    }
+
+    /// `user.mirrorfs.leg` (see [`LegCommand`]). Nothing changes unless it can be done:
+    /// EINVAL for a command or leg that does not parse, EBUSY for the last in-sync leg or
+    /// while a resync of it runs, EEXIST to add a leg in sync, ENOTEMPTY for a new directory
+    /// that holds something.
+    pub fn leg_command(self: &Arc<Self>, value: &[u8]) -> Result<()> {
+        match LegCommand::parse(value).ok_or(Errno::EINVAL)? {
+            LegCommand::Fail(leg) => {
+                let l = self.leg_named(&leg)?;
+                if self.mirror.in_sync_legs() == [l] {
+                    return Err(Errno::EBUSY);
+                }
+                if self.resync_job().is_some_and(|j| j.target == l) {
+                    self.cancel_resync();
+                }
+                self.mirror
+                    .mark_failed(l, "mirrorfs leg fail", DropReason::Requested);
+                Ok(())
+            }
+            LegCommand::Add { leg, full } => self.start_resync(self.leg_named(&leg)?, full),
+            LegCommand::Remove(leg) => self.mirror.remove_member(self.leg_named(&leg)?),
+            LegCommand::Replace { leg, new } => {
+                let l = self.leg_named(&leg)?;
+                let new = self.check_new_leg(&new)?;
+                if self
+                    .resync_job()
+                    .is_some_and(|j| j.target == l && j.is_running())
+                {
+                    return Err(Errno::EBUSY);
+                }
+                if self.mirror.leg(l).is_in_sync() {
+                    if self.mirror.in_sync_legs() == [l] {
+                        return Err(Errno::EBUSY);
+                    }
+                    self.mirror
+                        .mark_failed(l, "mirrorfs leg replace", DropReason::Requested);
+                }
+                self.mirror.replace_member(l, &new)?;
+                self.start_resync(l, true)
+            }
+        }
+    }
+
+    /// `user.mirrorfs.scrub` (see [`ScrubCommand`]).
+    pub fn scrub_command(self: &Arc<Self>, value: &[u8]) -> Result<()> {
+        match ScrubCommand::parse(value).ok_or(Errno::EINVAL)? {
+            ScrubCommand::Start(RepairFrom::Leg(leg)) => {
+                self.start_scrub(scrub::Repair::From(self.leg_named(&leg)?))
+            }
+            ScrubCommand::Start(RepairFrom::Majority) => self.start_scrub(scrub::Repair::Majority),
+            ScrubCommand::Start(RepairFrom::Nothing) => self.start_scrub(scrub::Repair::Nothing),
+            ScrubCommand::Cancel => {
+                self.cancel_scrub();
+                Ok(())
+            }
+        }
+    }
+
+    /// A directory that may become a leg: it exists, is empty (but for a `lost+found`), and is
+    /// neither a leg, inside one, around one, nor in the mount. Returns it canonical.
+    fn check_new_leg(&self, path: &Path) -> Result<PathBuf> {
+        let p = std::fs::canonicalize(path).map_err(|_| Errno::ENOENT)?;
+        if !p.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        if p.starts_with(&self.mount) || self.mount.starts_with(&p) {
+            return Err(Errno::EINVAL);
+        }
+        for l in self.mirror.legs() {
+            let lp = l.path();
+            if p.starts_with(&lp) || lp.starts_with(&p) {
+                return Err(Errno::EINVAL);
+            }
+        }
+        let busy = std::fs::read_dir(&p)
+            .map_err(Errno::from)?
+            .flatten()
+            .any(|e| e.file_name() != "lost+found");
+        if busy {
+            return Err(Errno::ENOTEMPTY);
+        }
+        Ok(p)
+    }
+}
+
+/// A job's progress in the stats' form.
+fn scan_stats(progress: &Progress, state: &JobState, legs: Vec<String>) -> ScanStats {
+    let s = progress.snapshot();
+    ScanStats {
+        state: state.clone(),
+        legs,
+        started_unix_s: s.started_unix,
+        elapsed_s: s.elapsed_secs as u64,
+        done_entries: s.entries_done,
+        total_entries: s.entries_total,
+        done_bytes: s.bytes_done,
+        total_bytes: s.bytes_total,
+        rate: s.bytes_per_sec as u64,
+        eta_s: if state.is_running() {
+            s.eta_secs.map(|e| e as u64)
+        } else {
+            None
+        },
+        differences: s.differences,
+        repaired: s.repaired,
+        errors: s.errors,
+    }
+}
+
+/// Runs `job` on a thread of its own named `name`. A thread that cannot start, or a job that
+/// panics (a bug, never the data), ends with `failed` and `on_failure` run; never a job stuck
+/// "running".
+fn spawn_job(
+    name: &str,
+    state: Arc<Mutex<JobState>>,
+    progress: Arc<Progress>,
+    on_failure: impl Fn() + Send + Sync + 'static,
+    job: impl FnOnce() + Send + 'static,
+) -> Result<()> {
+    let on_failure = Arc::new(on_failure);
+    let (state2, progress2, on_failure2) = (state.clone(), progress.clone(), on_failure.clone());
+    let name2 = name.to_string();
+    let started = std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)).is_err() {
+                log::error!("{name2}: internal error; the job stops (see the log above)");
+                progress2.set_phase(crate::tree::Phase::Failed);
+                *state2.lock() = JobState::Failed("internal error (see the log)".into());
+                on_failure2();
+            }
+        });
+    if let Err(e) = started {
+        log::error!("{name}: cannot start its thread: {e}");
+        progress.set_phase(crate::tree::Phase::Failed);
+        *state.lock() = JobState::Failed(format!("cannot start its thread: {e}"));
+        on_failure();
+        return Err(Errno::EAGAIN);
+    }
+    Ok(())
+}
