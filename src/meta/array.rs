@@ -16,6 +16,7 @@
 //!   to date. Two legs that each recorded the other as dropped were used apart (split
 //!   brain): always refused.
 
+use super::membership;
 use super::superblock::LegSuperblock;
 use super::tree_compare;
 use std::path::PathBuf;
@@ -227,11 +228,9 @@ impl ArrayPlan {
                 ));
             }
         }
-        // Members the newest superblock knows of that were not given at all.
-        let newest = present
-            .iter()
-            .copied()
-            .max_by_key(|&i| sb(i).events)
+        // Members the authoritative (newest) superblock knows of that were not given at all.
+        let newest = membership::authoritative(&existing)
+            .map(|(i, _)| i)
             .expect("one present");
         let given_ids: Vec<&str> = present.iter().map(|&i| sb(i).leg_id.as_str()).collect();
         let not_given = sb(newest)
@@ -277,79 +276,36 @@ impl ArrayPlan {
         })
     }
 
-    /// The superblocks as they are once the mount is up: every in-sync leg moves its event
-    /// counter on, is marked not clean (until the clean unmount), and records every leg that
-    /// is missing or stale, so that it cannot come back unnoticed.
+    /// The superblocks as they are once the mount is up ([`membership::Event::Mount`]): every
+    /// in-sync leg moves its event counter on, is marked not clean (until the clean unmount),
+    /// and records every member that is missing or stale, so that it cannot come back
+    /// unnoticed.
     pub fn mounted_superblocks(&self) -> Vec<Option<LegSuperblock>> {
-        let events = self
-            .superblocks
-            .iter()
-            .flatten()
-            .map(|s| s.events)
-            .max()
-            .unwrap_or(0)
-            + 1;
-        // Every member that is not serving: the stale legs by their own superblock, the
-        // missing ones by the member list of the newest superblock.
-        let serving: Vec<&str> = self
-            .superblocks
-            .iter()
-            .zip(&self.states)
-            .filter(|(_, st)| **st == PlannedLeg::InSync)
-            .filter_map(|(sb, _)| sb.as_ref().map(|s| s.leg_id.as_str()))
+        self.mount_transition().sbs
+    }
+
+    fn mount_transition(&self) -> membership::Transition {
+        let serving: Vec<usize> = (0..self.states.len())
+            .filter(|&i| self.states[i] == PlannedLeg::InSync)
             .collect();
-        let members = self
-            .superblocks
-            .iter()
-            .flatten()
-            .max_by_key(|s| s.events)
-            .map(|s| s.members.clone())
-            .unwrap_or_default();
-        let mut left_out: Vec<String> = self
-            .superblocks
-            .iter()
-            .flatten()
-            .map(|s| s.leg_id.clone())
-            .chain(members)
-            .filter(|id| !serving.contains(&id.as_str()))
-            .collect();
-        left_out.sort();
-        left_out.dedup();
-        self.superblocks
-            .iter()
-            .zip(&self.states)
-            .map(|(sb, st)| {
-                let mut sb = sb.clone()?;
-                if *st != PlannedLeg::InSync {
-                    return Some(sb);
-                }
-                sb.events = events;
-                sb.clean = false;
-                for id in &left_out {
-                    if !sb.failed_legs.contains(id) {
-                        sb.failed_legs.push(id.clone());
-                    }
-                }
-                Some(sb)
-            })
-            .collect()
+        membership::transition(&self.superblocks, &serving, &membership::Event::Mount)
     }
 
     /// Writes the in-sync legs' superblocks for the mount (see
     /// [`mounted_superblocks`](Self::mounted_superblocks)), and for a new mirror the legs to
     /// fill as well (their superblock as a member that is behind); returns them.
     pub fn commit(&self) -> Result<Vec<Option<LegSuperblock>>, String> {
-        let sbs = self.mounted_superblocks();
-        for ((sb, leg), st) in sbs.iter().zip(&self.legs).zip(&self.states) {
-            let write = matches!(st, PlannedLeg::InSync)
-                || (self.is_new && matches!(st, PlannedLeg::Stale(_)));
+        let t = self.mount_transition();
+        for (i, (sb, leg)) in t.sbs.iter().zip(&self.legs).enumerate() {
+            let write = t.write.contains(&i)
+                || (self.is_new && matches!(self.states[i], PlannedLeg::Stale(_)));
             if let (Some(sb), true) = (sb, write) {
                 sb.write(leg).map_err(|e| {
                     format!("cannot write the superblock on '{}': {e}", leg.display())
                 })?;
             }
         }
-        Ok(sbs)
+        Ok(t.sbs)
     }
 }
 

@@ -3,6 +3,7 @@
 
 pub mod array;
 pub mod changes;
+pub mod membership;
 pub mod superblock;
 pub mod tree_compare;
 

@@ -9,6 +9,7 @@ pub mod reads;
 use crate::errno::{Errno, Result};
 use crate::leg::{InflightGuard, Leg, LegIdx};
 use crate::meta::changes::ChangeLog;
+use crate::meta::membership::{self, Event};
 use crate::meta::superblock::LegSuperblock;
 use crate::policy::{LegView, ReadPlan, ReadPolicy, ReadRequest};
 use fanout::LegWorkers;
@@ -54,6 +55,8 @@ pub struct Mirror {
     policy: RwLock<Box<dyn ReadPolicy>>,
     /// The superblocks as last written, by leg (None for a leg we cannot write).
     superblocks: Mutex<Vec<Option<LegSuperblock>>>,
+    /// A superblock write failed: the next membership event writes every serving leg.
+    superblocks_behind: std::sync::atomic::AtomicBool,
     /// Injected faults (tests).
     faults: Faults,
     /// Held while a read is routed and counted (see [`Mirror::route_read`]).
@@ -90,19 +93,13 @@ impl Mirror {
             write_intent,
         );
         // Members not here or not in sync from the start: record what changes meanwhile.
-        let members: Vec<String> = superblocks
-            .iter()
-            .flatten()
-            .map(|s| s.members.clone())
-            .max_by_key(|m| m.len())
-            .unwrap_or_default();
-        let serving: Vec<&str> = legs
+        let serving: Vec<LegIdx> = legs
             .iter()
             .filter(|l| l.is_in_sync())
-            .filter_map(|l| superblocks[l.idx].as_ref().map(|s| s.leg_id.as_str()))
+            .map(|l| l.idx)
             .collect();
-        for id in members.iter().filter(|m| !serving.contains(&m.as_str())) {
-            changes.start_away(id);
+        for id in membership::out_ids(&superblocks, &serving) {
+            changes.start_away(&id);
         }
         Ok(Mirror {
             reads: legs.iter().map(|_| Mutex::default()).collect(),
@@ -110,6 +107,7 @@ impl Mirror {
             workers,
             policy: RwLock::new(policy),
             superblocks: Mutex::new(superblocks),
+            superblocks_behind: std::sync::atomic::AtomicBool::new(false),
             faults: Faults::default(),
             routing: Mutex::new(()),
             clock: std::time::Instant::now(),
@@ -265,18 +263,44 @@ impl Mirror {
         self.record_dropped_legs();
     }
 
-    /// The leg id of `leg`, from its superblock or the member list.
+    /// The member id of `leg` (see [`membership::member_id`]).
     pub fn leg_id(&self, leg: LegIdx) -> Option<String> {
-        let sbs = self.superblocks.lock();
-        sbs.get(leg)
-            .and_then(|s| s.as_ref().map(|s| s.leg_id.clone()))
-            .or_else(|| {
-                sbs.iter()
-                    .flatten()
-                    .map(|s| &s.members)
-                    .max_by_key(|m| m.len())
-                    .and_then(|m| m.get(leg).cloned())
-            })
+        membership::member_id(&self.superblocks.lock(), leg)
+    }
+
+    /// Applies a membership event ([`membership::transition`]) and writes the superblocks it
+    /// says. `first` (a replaced leg's new directory) is written first, and a failure there
+    /// is the caller's error with nothing else changed; a failure on a serving leg is logged,
+    /// and every serving leg is written again at the next event (at the latest at unmount): a
+    /// drop that no superblock records would let a later mount serve the dropped leg's data.
+    fn membership(&self, event: Event, first: Option<LegIdx>) -> Result<()> {
+        let mut sbs = self.superblocks.lock();
+        let serving = self.in_sync_legs();
+        let mut t = membership::transition(&sbs, &serving, &event);
+        if self.superblocks_behind.swap(false, Ordering::AcqRel) {
+            t.write
+                .extend(serving.iter().filter(|&&s| t.sbs[s].is_some()));
+            t.write.sort_unstable();
+            t.write.dedup();
+        }
+        if let Some(f) = first.filter(|f| t.write.contains(f)) {
+            let sb = t.sbs[f].as_ref().ok_or(Errno::EIO)?;
+            sb.write(&self.legs[f].path()).map_err(Errno::from)?;
+        }
+        for &s in t.write.iter().filter(|&&s| Some(s) != first) {
+            let Some(sb) = t.sbs[s].as_ref() else {
+                continue;
+            };
+            if let Err(e) = sb.write(&self.legs[s].path()) {
+                log::error!(
+                    "cannot write the superblock of '{}': {e}; will retry",
+                    self.legs[s].path().display()
+                );
+                self.superblocks_behind.store(true, Ordering::Release);
+            }
+        }
+        *sbs = t.sbs;
+        Ok(())
     }
 
     /// The change records (write-intent and away logs).
@@ -322,33 +346,13 @@ impl Mirror {
     /// gets a superblock of its own, and its away logs go. Called with every change held off.
     pub fn join_leg(&self, target: LegIdx, id: &str) {
         self.legs[target].set_state(crate::leg::LegState::InSync);
+        let event = Event::Join {
+            slot: target,
+            id: id.to_string(),
+        };
+        // Serving legs only: no `first`, so this cannot fail (a failed write is retried).
+        let _ = self.membership(event, None);
         let legs = self.in_sync_legs();
-        {
-            let mut sbs = self.superblocks.lock();
-            let events = sbs.iter().flatten().map(|s| s.events).max().unwrap_or(0) + 1;
-            let template = legs
-                .iter()
-                .filter(|&&l| l != target)
-                .find_map(|&l| sbs[l].clone());
-            if let Some(t) = template {
-                let mut own = t;
-                own.leg_id = id.to_string();
-                own.slot = target;
-                sbs[target] = Some(own);
-            }
-            for &l in &legs {
-                let Some(sb) = sbs[l].as_mut() else { continue };
-                sb.failed_legs.retain(|x| x != id);
-                sb.events = events;
-                sb.clean = false;
-                if let Err(e) = sb.write(&self.legs[l].path()) {
-                    log::error!(
-                        "cannot write the superblock of '{}': {e}",
-                        self.legs[l].path().display()
-                    );
-                }
-            }
-        }
         self.changes.end_away(id, &legs);
         self.changes.rewrite_intent(&[target]);
     }
@@ -366,43 +370,13 @@ impl Mirror {
         }
         let old_id = self.leg_id(leg);
         let new_id = crate::sys::random_hex_id();
-        let legs = self.in_sync_legs();
-        let mut sbs = self.superblocks.lock();
-        let template = legs
-            .iter()
-            .find_map(|&l| sbs[l].clone())
-            .ok_or(Errno::EIO)?;
-        let mut own = template;
-        own.leg_id = new_id.clone();
-        own.slot = leg;
-        own.events = 0;
-        own.clean = true;
-        own.failed_legs.clear();
-        if let Some(m) = own.members.get_mut(leg) {
-            *m = new_id.clone();
-        }
         self.legs[leg].move_to(new_path)?;
-        own.write(new_path).map_err(Errno::from)?;
-        let events = sbs.iter().flatten().map(|s| s.events).max().unwrap_or(0) + 1;
-        for &l in &legs {
-            let Some(sb) = sbs[l].as_mut() else { continue };
-            if let Some(old) = &old_id {
-                sb.failed_legs.retain(|x| x != old);
-            }
-            sb.failed_legs.push(new_id.clone());
-            if let Some(m) = sb.members.get_mut(leg) {
-                *m = new_id.clone();
-            }
-            sb.events = events;
-            if let Err(e) = sb.write(&self.legs[l].path()) {
-                log::error!(
-                    "cannot write the superblock of '{}': {e}",
-                    self.legs[l].path().display()
-                );
-            }
-        }
-        sbs[leg] = Some(own);
-        drop(sbs);
+        let event = Event::Replace {
+            slot: leg,
+            new_id: new_id.clone(),
+        };
+        self.membership(event, Some(leg))?;
+        let legs = self.in_sync_legs();
         if let Some(old) = &old_id {
             self.changes.end_away(old, &legs);
         }
@@ -426,28 +400,8 @@ impl Mirror {
             LegState::InSync | LegState::Resyncing => return Err(Errno::EBUSY),
         }
         let id = self.leg_id(leg).ok_or(Errno::EINVAL)?;
+        self.membership(Event::Remove { slot: leg }, None)?;
         let legs = self.in_sync_legs();
-        {
-            let mut sbs = self.superblocks.lock();
-            let events = sbs.iter().flatten().map(|s| s.events).max().unwrap_or(0) + 1;
-            for &l in &legs {
-                let Some(sb) = sbs[l].as_mut() else { continue };
-                sb.failed_legs.retain(|x| *x != id);
-                for m in sb.members.iter_mut() {
-                    if *m == id {
-                        m.clear();
-                    }
-                }
-                sb.leg_count = sb.leg_count.saturating_sub(1);
-                sb.events = events;
-                if let Err(e) = sb.write(&self.legs[l].path()) {
-                    log::error!(
-                        "cannot write the superblock of '{}': {e}",
-                        self.legs[l].path().display()
-                    );
-                }
-            }
-        }
         self.changes.end_away(&id, &legs);
         self.legs[leg].set_state(LegState::Removed);
         log::warn!(
@@ -463,7 +417,7 @@ impl Mirror {
     /// failed (the system log says so): a drop that no superblock records would let a later
     /// mount serve the dropped leg's old data.
     pub fn record_dropped_legs(&self) {
-        self.write_superblocks(false);
+        let _ = self.membership(Event::Dropped, None);
     }
 
     /// Members of the mirror that were not in the leg list at mount (`-o degraded`).
@@ -503,67 +457,12 @@ impl Mirror {
                 log::error!("cannot flush '{}': {e}", self.legs[l].path().display());
                 // Not known to be on stable storage: leave the intent log and the flag as
                 // they are, so that the next mount checks the listed files.
-                self.write_superblocks(false);
+                self.record_dropped_legs();
                 return;
             }
         }
         self.changes.clear_all(&legs);
-        self.write_superblocks(true);
-    }
-
-    fn write_superblocks(&self, clean: bool) {
-        let mut sbs = self.superblocks.lock();
-        let members: Vec<String> = sbs
-            .iter()
-            .flatten()
-            .map(|s| s.members.clone())
-            .max_by_key(|m| m.len())
-            .unwrap_or_default();
-        let failed: Vec<String> = self
-            .legs
-            .iter()
-            .filter(|l| !l.is_in_sync() && l.state() != crate::leg::LegState::Removed)
-            .filter_map(|l| {
-                sbs[l.idx]
-                    .as_ref()
-                    .map(|s| s.leg_id.clone())
-                    .or_else(|| members.get(l.idx).cloned())
-            })
-            .filter(|id| !id.is_empty())
-            .collect();
-        if failed.is_empty() && !clean {
-            return;
-        }
-        let events = sbs.iter().flatten().map(|s| s.events).max().unwrap_or(0) + 1;
-        for s in self.in_sync_legs() {
-            let Some(sb) = sbs[s].as_mut() else {
-                continue;
-            };
-            let before = (sb.failed_legs.len(), sb.clean);
-            for id in &failed {
-                if !sb.failed_legs.contains(id) {
-                    sb.failed_legs.push(id.clone());
-                }
-            }
-            sb.clean = clean;
-            let on_disk = LegSuperblock::read(&self.legs[s].path())
-                .ok()
-                .flatten()
-                .is_some_and(|d| {
-                    d.clean == clean && failed.iter().all(|id| d.failed_legs.contains(id))
-                });
-            if (sb.failed_legs.len(), sb.clean) == before && on_disk {
-                continue;
-            }
-            sb.events = events;
-            if let Err(e) = sb.write(&self.legs[s].path()) {
-                log::error!(
-                    "cannot write the superblock of '{}': {e}{}",
-                    self.legs[s].path().display(),
-                    if clean { "" } else { "; will retry at unmount" }
-                );
-            }
-        }
+        let _ = self.membership(Event::CleanUnmount, None);
     }
 
     /// The measured read figures of `leg` (for the statistics).
