@@ -42,6 +42,10 @@ fn legs(n: usize) -> Legs {
 }
 
 fn open_fs(l: &Legs) -> MirrorFs {
+    open_fs_with(l, mirrorfs::policy::by_name_among("first", &[]).unwrap())
+}
+
+fn open_fs_with(l: &Legs, policy: Box<dyn mirrorfs::policy::ReadPolicy>) -> MirrorFs {
     let none = vec![None; l.paths.len()];
     let plan = ArrayPlan::prepare(&l.shown, &l.paths, &none, false, false, None).unwrap();
     let sbs = plan.commit().unwrap();
@@ -54,7 +58,7 @@ fn open_fs(l: &Legs) -> MirrorFs {
     MirrorFs::new(
         legs,
         sbs,
-        mirrorfs::policy::by_name_among("first", &[]).unwrap(),
+        policy,
         FsConfig {
             hide_lost_found: false,
             fd_budget: FD_BUDGET,
@@ -588,4 +592,51 @@ fn hostile_values_for_every_writable_key() {
         }
     }
     assert_eq!(fs.mirror().in_sync_legs(), vec![0, 1]);
+}
+
+/// A policy that splits every read into three 4 KiB pieces on legs 0, 1, 0.
+struct Alternate;
+
+impl mirrorfs::policy::ReadPolicy for Alternate {
+    fn name(&self) -> String {
+        "alternate".into()
+    }
+    fn pick(
+        &self,
+        _: &[mirrorfs::policy::LegView],
+        req: &mirrorfs::policy::ReadRequest,
+    ) -> mirrorfs::policy::ReadPlan {
+        use mirrorfs::policy::{ReadPiece, ReadPlan};
+        let piece = |i: u64, leg| ReadPiece {
+            leg,
+            offset: req.offset + i * 4096,
+            len: 4096,
+        };
+        ReadPlan::Split(vec![piece(0, 0), piece(1, 1), piece(2, 0)])
+    }
+}
+
+/// A split read whose pieces alternate between legs reads each piece exactly once, and puts
+/// them back in order.
+#[test]
+fn a_split_read_runs_exactly_its_pieces() {
+    let l = legs(2);
+    let fs = open_fs_with(&l, Box::new(Alternate));
+    let data: Vec<u8> = (0..12288u32).map(|i| (i % 251) as u8).collect();
+    let (_, fh) = new_file(&fs, "f", &data, &me());
+    let before: Vec<u64> = fs
+        .mirror()
+        .legs()
+        .iter()
+        .map(|leg| leg.counters.read_ops.load(Ordering::Relaxed))
+        .collect();
+    assert_eq!(fs.read(fh, 0, 12288, 1).unwrap().as_slice(), &data[..]);
+    let reads: Vec<u64> = fs
+        .mirror()
+        .legs()
+        .iter()
+        .zip(&before)
+        .map(|(leg, b)| leg.counters.read_ops.load(Ordering::Relaxed) - b)
+        .collect();
+    assert_eq!(reads, vec![2, 1], "pieces read per leg");
 }

@@ -209,6 +209,19 @@ fn identical_trees_have_no_differences() {
     // `cp -a` copies .mirrorfs too; make it differ: it must not matter.
     write(&legs.p(1, ".mirrorfs/superblock"), b"other leg");
     fs::remove_dir(legs.p(2, "lost+found")).unwrap();
+    // That moved the roots' mtimes, which count like any directory's (with
+    // compare_dir_mtime): a root is an entry like any other.
+    let r = scrub(&legs.fds(), &opts(), Repair::None, &Control::default()).unwrap();
+    assert_eq!(
+        kinds_of(&r.listed, ""),
+        vec![DiffKind::Mtime],
+        "{:#?}",
+        r.listed
+    );
+    let m = fs::metadata(legs.root(0)).unwrap();
+    for i in 1..3 {
+        set_mtime(legs.root(i), m.mtime(), m.mtime_nsec());
+    }
     let r = scrub(&legs.fds(), &opts(), Repair::None, &Control::default()).unwrap();
     assert_eq!(r.differences, 0, "{:#?}", r.listed);
     assert!(r.entries >= 14, "{r:?}");
@@ -1038,4 +1051,50 @@ fn speed_of_a_full_sync() {
         500.0 / t3,
         s.differences
     );
+}
+
+/// The leg roots are entries like any other directory: a sync gives the target's root the
+/// source's mode and mtime (after everything under it, `.mirrorfs/` included, is written), an
+/// incremental sync does so when a listed path sits at the root, and a scrub finds and repairs
+/// a root whose mtime differs (with `compare_dir_mtime`).
+#[test]
+fn leg_roots_are_synced_and_compared_like_any_directory() {
+    let l = Legs::new(2);
+    populate(l.root(0));
+    fs::set_permissions(l.root(0), fs::Permissions::from_mode(0o750)).unwrap();
+    set_mtime(l.root(0), 1_500_000_000, 123_456_789);
+    // The target's own `.mirrorfs/` (written before the resync) moves its root's mtime.
+    write(&l.p(1, ".mirrorfs/superblock"), b"target's own");
+    sync_full(l.fd(0), l.fd(1), &opts(), &Control::default()).unwrap();
+    let (a, b) = (
+        fs::metadata(l.root(0)).unwrap(),
+        fs::metadata(l.root(1)).unwrap(),
+    );
+    assert_eq!(
+        (b.mode(), b.mtime(), b.mtime_nsec()),
+        (a.mode(), a.mtime(), a.mtime_nsec())
+    );
+    assert_identical(&l.fds());
+
+    // A change at the root, synced by its path: the root's mtime follows.
+    write(&l.p(0, "new-at-root"), b"x");
+    set_mtime(l.root(0), 1_600_000_000, 7);
+    sync_paths(
+        l.fd(0),
+        l.fd(1),
+        &[PathBuf::from("new-at-root")],
+        &opts(),
+        &Control::default(),
+    )
+    .unwrap();
+    assert_eq!(fs::metadata(l.root(1)).unwrap().mtime(), 1_600_000_000);
+    assert_identical(&l.fds());
+
+    // Found and repaired by a scrub.
+    set_mtime(l.root(1), 1_700_000_000, 0);
+    let d = scrub_diffs(&l.fds(), &opts());
+    assert_eq!(kinds_of(&d, ""), vec![DiffKind::Mtime]);
+    scrub(&l.fds(), &opts(), Repair::FromLeg(0), &Control::default()).unwrap();
+    assert_identical(&l.fds());
+    assert_eq!(fs::metadata(l.root(1)).unwrap().mtime(), 1_600_000_000);
 }

@@ -105,7 +105,12 @@ pub fn start(args: &Args) -> Result<(), Vec<String>> {
         return serve(p, None).map_err(|e| vec![e]);
     }
     let (mut reader, writer) = std::io::pipe().map_err(|e| vec![format!("pipe: {e}")])?;
-    match sys::fork().map_err(|e| vec![format!("fork: {e}")])? {
+    // SAFETY: no thread has been started yet: parsing, validation and planning run on this
+    // one, and the mount's threads (FUSE workers, leg workers, the sweeper, the signal
+    // thread) all start in `serve`, after the fork.
+    #[allow(unsafe_code)]
+    let forked = unsafe { sys::fork() };
+    match forked.map_err(|e| vec![format!("fork: {e}")])? {
         0 => {
             drop(reader);
             sys::setsid();

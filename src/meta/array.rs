@@ -19,6 +19,7 @@
 use super::membership;
 use super::superblock::LegSuperblock;
 use super::tree_compare;
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 
 /// What the mount will do with one leg.
@@ -294,8 +295,19 @@ impl ArrayPlan {
     /// Writes the in-sync legs' superblocks for the mount (see
     /// [`mounted_superblocks`](Self::mounted_superblocks)), and for a new mirror the legs to
     /// fill as well (their superblock as a member that is behind); returns them.
+    ///
+    /// A new mirror's `.mirrorfs/` folders move the leg roots' mtimes, each by its own clock:
+    /// afterwards every in-sync leg's root gets the mtime the first one had before, so that
+    /// the roots stay what they were to users and identical to each other.
     pub fn commit(&self) -> Result<Vec<Option<LegSuperblock>>, String> {
         let t = self.mount_transition();
+        let serving: Vec<usize> = (0..self.states.len())
+            .filter(|&i| self.states[i] == PlannedLeg::InSync)
+            .collect();
+        let root_times = match (self.is_new, serving.first()) {
+            (true, Some(&first)) => std::fs::symlink_metadata(&self.legs[first]).ok(),
+            _ => None,
+        };
         for (i, (sb, leg)) in t.sbs.iter().zip(&self.legs).enumerate() {
             let write = t.write.contains(&i)
                 || (self.is_new && matches!(self.states[i], PlannedLeg::Stale(_)));
@@ -303,6 +315,21 @@ impl ArrayPlan {
                 sb.write(leg).map_err(|e| {
                     format!("cannot write the superblock on '{}': {e}", leg.display())
                 })?;
+            }
+        }
+        if let Some(m) = root_times {
+            use std::os::unix::fs::MetadataExt;
+            let ts = |sec, nsec| libc::timespec {
+                tv_sec: sec,
+                tv_nsec: nsec,
+            };
+            let (atime, mtime) = (ts(m.atime(), m.atime_nsec()), ts(m.mtime(), m.mtime_nsec()));
+            for &i in &serving {
+                let set = crate::sys::fd::open_root(&self.legs[i])
+                    .and_then(|fd| crate::sys::fd::set_times(fd.as_fd(), atime, mtime));
+                if let Err(e) = set {
+                    log::warn!("cannot set the mtime of '{}': {e}", self.legs[i].display());
+                }
             }
         }
         Ok(t.sbs)
@@ -399,11 +426,23 @@ mod tests {
 
     #[test]
     fn new_then_existing() {
+        use std::os::unix::fs::MetadataExt;
         let (_d, l, s) = legs(2);
         let none = vec![None; 2];
         let p = ArrayPlan::prepare(&s, &l, &none, false, false, None).unwrap();
         assert!(p.is_new);
+        let before = std::fs::metadata(&l[0]).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(5));
         let written = p.commit().unwrap();
+        // `.mirrorfs/` was created on both; the roots keep the first leg's mtime.
+        for leg in &l {
+            let m = std::fs::metadata(leg).unwrap();
+            assert!(leg.join(".mirrorfs").is_dir());
+            assert_eq!(
+                (m.mtime(), m.mtime_nsec()),
+                (before.mtime(), before.mtime_nsec())
+            );
+        }
         let again = ArrayPlan::prepare(&s, &l, &none, false, false, None).unwrap();
         assert!(!again.is_new);
         assert_eq!(again.superblocks, written);

@@ -663,8 +663,14 @@ impl Mirror {
                     timed(0, *leg, req.offset, req.size),
                 )],
                 ReadPlan::Split(pieces) => {
-                    let mut legs: Vec<LegIdx> = pieces.iter().map(|p| p.leg).collect();
-                    legs.dedup();
+                    // Each leg once (the pieces may alternate between legs), running its
+                    // pieces in order: every piece is read exactly once.
+                    let mut legs: Vec<LegIdx> = Vec::new();
+                    for p in pieces.iter() {
+                        if !legs.contains(&p.leg) {
+                            legs.push(p.leg);
+                        }
+                    }
                     let by_leg = self.workers.run(&legs, |leg| {
                         pieces
                             .iter()

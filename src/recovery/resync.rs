@@ -329,9 +329,11 @@ impl Recovery {
             pass(pending, self.throttle.clone())?;
             pending = self.mirror.changes().take_changed(id);
         }
-        // Join, with every change held off (and no throttle: writers are waiting).
+        // Join, with every change held off (and no throttle: writers are waiting). The root's
+        // own metadata always: the target's `.mirrorfs/` moved its mtime.
         let _all = self.mirror.exclusive();
         pending.extend(self.mirror.changes().take_changed(id));
+        pending.push(b".".to_vec());
         pass(pending, Arc::new(Throttle::new(None)))?;
         self.mirror.leg(target).flush()?;
         self.objects.attach_leg(target)?;

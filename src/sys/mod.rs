@@ -99,9 +99,14 @@ pub fn random_hex_id() -> String {
     buf.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// `fork()`, for daemonizing before any thread exists.
-pub fn fork() -> Result<libc::pid_t> {
-    // SAFETY: called before any thread is started (the CLI guarantees it).
+/// `fork()`, for daemonizing.
+///
+/// # Safety
+/// The process must have no thread but the calling one: the child gets only that thread, and
+/// a lock another thread held at the fork (the allocator's, the logger's) would stay locked in
+/// the child forever.
+pub unsafe fn fork() -> Result<libc::pid_t> {
+    // SAFETY: the caller guarantees that no other thread exists (see above).
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         Err(Errno::last())

@@ -161,7 +161,6 @@ pub(crate) fn compare_states(
     states: &mut [LegState],
     leaders: &[Option<PathBuf>],
     rel: &Path,
-    is_root: bool,
     nlink_counts: bool,
 ) -> Result<Cmp> {
     let n = states.len();
@@ -224,7 +223,7 @@ pub(crate) fn compare_states(
             if (mi.uid, mi.gid) != (mj.uid, mj.gid) {
                 differ(i, j, DiffKind::Owner, &mut cmp);
             }
-            let mtime_counts = !is_root && (kind != Kind::Dir || opts.compare_dir_mtime);
+            let mtime_counts = kind != Kind::Dir || opts.compare_dir_mtime;
             if mtime_counts && mi.mtime != mj.mtime {
                 differ(i, j, DiffKind::Mtime, &mut cmp);
             }
@@ -511,15 +510,7 @@ pub fn compare_entry(
     }
     let leaders = vec![None; legs.len()];
     let mut bufs = vec![vec![0u8; ctx.chunk()]; legs.len()];
-    let cmp = compare_states(
-        &mut ctx,
-        &mut bufs,
-        &mut states,
-        &leaders,
-        path,
-        is_root,
-        true,
-    )?;
+    let cmp = compare_states(&mut ctx, &mut bufs, &mut states, &leaders, path, true)?;
     if cmp.kinds.is_empty() {
         return Ok(None);
     }

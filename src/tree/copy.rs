@@ -408,7 +408,7 @@ pub(crate) fn sync_meta(
             tv_nsec: nsec,
         };
         match place {
-            Place::Root => {}
+            Place::Root => sys::fd::set_times(tgt.fd.as_fd(), ts(s.atime), ts(s.mtime)).tgt()?,
             Place::Child { dir, name } => {
                 sys::tree_support::set_times_at(dir, name, ts(s.atime), ts(s.mtime)).tgt()?
             }

@@ -45,9 +45,10 @@
 //!   Every other namespace the process can read is compared and copied (`user`, `trusted`,
 //!   `security.capability`, `system.posix_acl_*`).
 //! - atime and ctime are never compared; mtime of directories is compared only with
-//!   [`TreeOptions::compare_dir_mtime`] (the daemon does not align directory mtimes across
-//!   legs), but a sync always sets it. The leg root's mtime is never compared nor set (the
-//!   `.mirrorfs/` folder changes it).
+//!   [`TreeOptions::compare_dir_mtime`], but a sync always sets it. The leg roots are entries
+//!   like any other directory: their mode, owner, xattrs and mtime are compared and synced
+//!   too (a sync sets the target root's mtime last, after everything under it, `.mirrorfs/`
+//!   included, has been written).
 //! - Hard links: the *leader* of a link group is its first name in walk order (component-wise
 //!   sorted path order); two legs have the same link structure when, for each name, its
 //!   leader is the same on both.

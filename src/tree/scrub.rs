@@ -115,37 +115,69 @@ struct Scrub<'a> {
 
 impl Scrub<'_> {
     fn root(&mut self) -> Result<()> {
-        let opts = self.ctx.opts;
-        let mut roots = Vec::new();
-        let mut states = Vec::new();
-        for &l in self.legs {
-            let n = node::open_root_node(l)?;
-            roots.push(node::open_root_node(l)?);
-            states.push(match node::load(Place::Root, n, opts) {
-                Ok(e) => LegState::Present(e),
-                Err(e) => LegState::Error(e),
-            });
-        }
         let rel = Path::new("");
-        let leaders = vec![None; self.legs.len()];
-        let cmp = self.compare(&mut states, &leaders, rel, true)?;
-        self.note_errors(rel, &states);
-        if !cmp.kinds.is_empty() {
-            let mut d = compare::difference(rel, &states, &leaders, &cmp);
-            d.repair = self.repair_with(rel, &states, &cmp, |s, g, b| {
-                let (Some(ge), Some(_)) = (states[g].entry(), states[b].entry()) else {
-                    return Err(Fail::Tgt(Errno::EIO));
-                };
-                let mut t = node::open_root_node(s.legs[b]).map_err(Fail::Tgt)?;
-                copy::sync_meta(&mut s.ctx, ge, Place::Root, &mut t, false, false).map(drop)
-            })?;
+        let roots = self
+            .legs
+            .iter()
+            .map(|&l| node::open_root_node(l))
+            .collect::<Result<Vec<_>>>()?;
+        if let Some(d) = self.root_entry()? {
             self.record(d);
         }
         Progress::add(&self.ctx.ctl.progress.entries_done, 1);
         let dirs: Vec<Option<BorrowedFd<'_>>> = roots.iter().map(|n| Some(n.fd.as_fd())).collect();
+        let repaired_before = self.report.repaired;
         self.dir(&dirs, rel)?;
+        if self.report.repaired != repaired_before
+            && self.repair != Repair::None
+            && self.ctx.opts.compare_dir_mtime
+        {
+            // Repairs inside moved the roots' mtimes on the repaired legs: not a difference of
+            // its own, a consequence of the repairs below.
+            let (rep, unrep) = (self.report.repaired, self.report.unrepaired);
+            self.root_entry()?;
+            let fixed = self.report.repaired - rep;
+            self.report.repaired = rep;
+            self.report.unrepaired = unrep;
+            self.ctx
+                .ctl
+                .progress
+                .repaired
+                .fetch_sub(fixed, std::sync::atomic::Ordering::Relaxed);
+        }
         self.ctx.ctl.hook.synced(rel);
         Ok(())
+    }
+
+    /// Compares the leg roots' own metadata (mode, owner, xattrs, mtime) and repairs it as
+    /// asked; the difference, if any.
+    fn root_entry(&mut self) -> Result<Option<Difference>> {
+        let opts = self.ctx.opts;
+        let rel = Path::new("");
+        let mut states = Vec::new();
+        for &l in self.legs {
+            states.push(
+                match node::open_root_node(l).and_then(|n| node::load(Place::Root, n, opts)) {
+                    Ok(e) => LegState::Present(e),
+                    Err(e) => LegState::Error(e),
+                },
+            );
+        }
+        let leaders = vec![None; self.legs.len()];
+        let cmp = self.compare(&mut states, &leaders, rel)?;
+        self.note_errors(rel, &states);
+        if cmp.kinds.is_empty() {
+            return Ok(None);
+        }
+        let mut d = compare::difference(rel, &states, &leaders, &cmp);
+        d.repair = self.repair_with(rel, &states, &cmp, |s, g, b| {
+            let (Some(ge), Some(_)) = (states[g].entry(), states[b].entry()) else {
+                return Err(Fail::Tgt(Errno::EIO));
+            };
+            let mut t = node::open_root_node(s.legs[b]).map_err(Fail::Tgt)?;
+            copy::sync_meta(&mut s.ctx, ge, Place::Root, &mut t, true, false).map(drop)
+        })?;
+        Ok(Some(d))
     }
 
     fn dir(&mut self, dirs: &[Option<BorrowedFd<'_>>], rel: &Path) -> Result<()> {
@@ -232,7 +264,7 @@ impl Scrub<'_> {
                     .map(|e| self.maps[i].peek(rel, &e.node.meta))
             })
             .collect();
-        let cmp = self.compare(&mut states, &leaders, rel, false)?;
+        let cmp = self.compare(&mut states, &leaders, rel)?;
         self.report.entries += 1;
         self.note_errors(rel, &states);
         let mut repaired: HashSet<usize> = HashSet::new();
@@ -283,17 +315,8 @@ impl Scrub<'_> {
         states: &mut [LegState],
         leaders: &[Option<PathBuf>],
         rel: &Path,
-        is_root: bool,
     ) -> Result<Cmp> {
-        compare::compare_states(
-            &mut self.ctx,
-            &mut self.bufs,
-            states,
-            leaders,
-            rel,
-            is_root,
-            false,
-        )
+        compare::compare_states(&mut self.ctx, &mut self.bufs, states, leaders, rel, false)
     }
 
     fn repair_with(
@@ -427,7 +450,7 @@ impl Scrub<'_> {
             .map(|i| compare::load_state(dirs[i], cname, opts))
             .collect();
         let leaders = vec![None; self.legs.len()];
-        let cmp = self.compare(&mut states, &leaders, rel, false)?;
+        let cmp = self.compare(&mut states, &leaders, rel)?;
         if cmp.kinds.is_empty() {
             return Ok(());
         }

@@ -209,9 +209,20 @@ impl<'a> Syncer<'a> {
         } else {
             self.shallow_children(&sroot, &troot, rel)?;
         }
+        self.root_meta(&mut troot)?;
+        self.report.entries += 1;
+        if recurse {
+            Progress::add(&self.ctx.ctl.progress.entries_done, 1);
+        }
+        self.ctx.ctl.hook.synced(rel);
+        Ok(())
+    }
+
+    /// The roots' own metadata (mode, owner, xattrs, mtime), after everything under them.
+    fn root_meta(&mut self, troot: &mut node::Node) -> R<()> {
         let hook = self.ctx.ctl.hook.clone();
         let mut res = Ok(());
-        hook.with_entry(rel, &mut || {
+        hook.with_entry(Path::new(""), &mut || {
             res = (|| {
                 let src = node::load(
                     Place::Root,
@@ -220,19 +231,12 @@ impl<'a> Syncer<'a> {
                 )
                 .src()?;
                 troot.restat().tgt()?;
-                let place = Place::Root;
-                let c = copy::sync_meta(&mut self.ctx, &src, place, &mut troot, false, false)?;
+                let c = copy::sync_meta(&mut self.ctx, &src, Place::Root, troot, true, false)?;
                 self.changed(c);
                 Ok(())
             })()
         });
-        res?;
-        self.report.entries += 1;
-        if recurse {
-            Progress::add(&self.ctx.ctl.progress.entries_done, 1);
-        }
-        hook.synced(rel);
-        Ok(())
+        res
     }
 
     fn changed(&mut self, c: bool) {
@@ -416,7 +420,8 @@ impl<'a> Syncer<'a> {
     /// [`Syncer::dir_meta`] for a path (incremental: the parents of the listed paths).
     fn dir_meta_at(&mut self, rel: &Path) -> R<()> {
         let (Some(name), Some(parent)) = (rel.file_name(), rel.parent()) else {
-            return Ok(()); // the root's mtime is never set
+            let mut troot = node::open_root_node(self.tgt_root).tgt()?;
+            return self.root_meta(&mut troot);
         };
         let (Some(sp), Some(tp)) = (
             node::open_dir_rel(self.src_root, parent).src()?,
