@@ -28,8 +28,8 @@ LAYERS = [
     ["fs"],
     ["recovery", "config"],
     ["mirror", "stats"],
-    ["tree", "meta"],
-    ["leg", "policy"],
+    ["meta"],
+    ["tree", "leg", "policy"],
     ["sys"],
     ["errno", "value"],
 ]

@@ -314,12 +314,13 @@ fn legs_differ_at_first_mount() {
         Some(&d.mnt),
     );
 
-    // Same names, different content.
+    // Same names, different content (and so size). Content with the same size and time is
+    // not read before the mount answers: tests/first_mount.rs.
     let d = TestDirs::new(3);
     for l in &d.legs {
         populate(l);
     }
-    fs::write(d.legs[2].join("top"), b"TOP").unwrap();
+    fs::write(d.legs[2].join("top"), b"TOP!").unwrap();
     expect_rejected(
         &[os(d.legs_arg()), os(&d.mnt)],
         &["legs differ at first mount", "top"],

@@ -271,6 +271,21 @@ fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), Stri
             }
         }
     }
+    if p.plan.check_contents {
+        // A new mirror over legs that held the same tree: their metadata agreed; their
+        // contents are compared now, in the background (report only: nothing says which copy
+        // would be right).
+        log::warn!(
+            "first mount over legs that already hold data: names, types, sizes, modes, owners, \
+             times, xattrs and hard links agree; a scrub now compares their contents"
+        );
+        if let Err(e) = fs
+            .recovery()
+            .start_scrub(crate::recovery::ScrubRepair::Nothing)
+        {
+            log::error!("cannot start the first-mount scrub: {e}");
+        }
+    }
     if let Some(mut w) = ready.take() {
         let _ = w.write_all(b"OK");
         drop(w);

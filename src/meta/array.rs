@@ -18,7 +18,6 @@
 
 use super::membership;
 use super::superblock::LegSuperblock;
-use super::tree_compare;
 use std::os::fd::AsFd;
 use std::path::PathBuf;
 
@@ -43,6 +42,9 @@ pub struct ArrayPlan {
     pub is_new: bool,
     /// Some in-sync leg was not cleanly unmounted: the mirror crashed or lost power.
     pub crashed: bool,
+    /// A new mirror over legs that already held the same tree: their metadata agree, and
+    /// their contents are to be compared in the background once the mount is up (a scrub).
+    pub check_contents: bool,
     /// Members of the mirror not in the leg list at all (only with `-o degraded`).
     pub unlisted_members: usize,
     legs: Vec<PathBuf>,
@@ -91,10 +93,7 @@ impl ArrayPlan {
                     })
                 })
             };
-            let source = match (
-                init_from,
-                tree_compare::first_difference(legs, hide_lost_found),
-            ) {
+            let source = match (init_from, first_difference(shown, legs, hide_lost_found)?) {
                 (Some(s), _) => Some(s),
                 (None, None) => None,
                 (None, Some(d)) => {
@@ -112,10 +111,12 @@ impl ArrayPlan {
             };
             if let Some(s) = source {
                 for i in (0..n).filter(|&i| i != s) {
-                    let same = tree_compare::first_difference(
+                    let pair = [shown[s].clone(), shown[i].clone()];
+                    let same = first_difference(
+                        &pair,
                         &[legs[s].clone(), legs[i].clone()],
                         hide_lost_found,
-                    )
+                    )?
                     .is_none();
                     if !same {
                         states[i] = PlannedLeg::Stale(format!(
@@ -125,6 +126,10 @@ impl ArrayPlan {
                     }
                 }
             }
+            let check_contents = (0..n)
+                .filter(|&i| states[i] == PlannedLeg::InSync && holds_data(i))
+                .count()
+                >= 2;
             let array_id = crate::sys::random_hex_id();
             let superblocks: Vec<LegSuperblock> = (0..n)
                 .map(|slot| LegSuperblock::new(&array_id, slot, n))
@@ -157,6 +162,7 @@ impl ArrayPlan {
                 states,
                 is_new: true,
                 crashed: false,
+                check_contents,
                 unlisted_members: 0,
                 legs: legs.to_vec(),
             });
@@ -272,6 +278,7 @@ impl ArrayPlan {
             states,
             is_new: false,
             crashed,
+            check_contents: false,
             unlisted_members,
             legs: legs.to_vec(),
         })
@@ -334,6 +341,121 @@ impl ArrayPlan {
         }
         Ok(t.sbs)
     }
+}
+
+/// What the first mount checks of legs that already hold data, with the tree engine (one
+/// component at a time, without following symlinks): every entry's name, type, size, mode,
+/// owner, mtime (files, symlinks and devices; not directories'), symlink target, device
+/// number, xattrs and hard links. File contents are not read here (a large tree would keep the
+/// mount from answering for as long as reading it takes); a scrub compares them in the
+/// background once the mount is up ([`ArrayPlan::check_contents`]). `None` when every leg
+/// holds the same tree, else the first difference in words; `Err` when a leg cannot be read
+/// at all.
+fn first_difference(
+    shown: &[String],
+    legs: &[PathBuf],
+    hide_lost_found: bool,
+) -> Result<Option<String>, String> {
+    use crate::tree::{self, Control, DiffKind, Difference, EntryHook, TreeOptions};
+    use std::sync::{atomic::AtomicBool, Arc, Mutex};
+    if legs.len() < 2 {
+        return Ok(None);
+    }
+    /// Keeps the first difference (or unreadable entry) and stops the walk there.
+    struct First {
+        found: Mutex<Option<String>>,
+        cancel: Arc<AtomicBool>,
+        shown: Vec<String>,
+    }
+    impl First {
+        fn keep(&self, what: String) {
+            self.found
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_or_insert(what);
+            self.cancel
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    impl EntryHook for First {
+        fn difference(&self, d: &Difference) {
+            self.keep(describe(d, &self.shown));
+        }
+        fn error(&self, path: &std::path::Path, leg: usize, errno: crate::errno::Errno) {
+            let leg = self.shown.get(leg).map_or("?", String::as_str);
+            self.keep(format!(
+                "'/{}' cannot be read on '{leg}': {errno}",
+                path.display()
+            ));
+        }
+    }
+    /// A difference in words: where it is, and what differs.
+    fn describe(d: &Difference, shown: &[String]) -> String {
+        let at = format!("'/{}'", d.path.display());
+        let on = |pick: &dyn Fn(&crate::tree::LegDetail) -> bool| -> String {
+            let legs: Vec<&str> = (d.legs.iter().zip(shown))
+                .filter(|(l, _)| pick(l))
+                .map(|(_, s)| s.as_str())
+                .collect();
+            legs.join("', '")
+        };
+        if d.has(DiffKind::Missing) {
+            return format!("{at} exists only on '{}'", on(&|l| l.compared && l.present));
+        }
+        let what: Vec<String> = d
+            .kinds
+            .iter()
+            .map(|k| match k {
+                DiffKind::Type => {
+                    "type (a file on one leg, a directory or other on another)".into()
+                }
+                DiffKind::Size => {
+                    let sizes: Vec<String> = d.legs.iter().map(|l| l.size.to_string()).collect();
+                    format!("size ({})", sizes.join(" and "))
+                }
+                DiffKind::Mode => {
+                    let modes: Vec<String> =
+                        d.legs.iter().map(|l| format!("{:o}", l.mode)).collect();
+                    format!("mode ({})", modes.join(" and "))
+                }
+                DiffKind::Owner => "owner".into(),
+                DiffKind::Mtime => "modification time".into(),
+                DiffKind::SymlinkTarget => "symlink target".into(),
+                DiffKind::Rdev => "device number".into(),
+                DiffKind::Xattrs => "extended attributes".into(),
+                DiffKind::Content => "contents".into(),
+                DiffKind::HardLinks => "hard links".into(),
+                DiffKind::ReadError => "cannot be read on some leg".into(),
+                DiffKind::Missing => "presence".into(),
+            })
+            .collect();
+        format!("{at} has a different {}", what.join(", "))
+    }
+    let roots = legs
+        .iter()
+        .zip(shown)
+        .map(|(l, s)| {
+            crate::sys::fd::open_root(l).map_err(|e| format!("leg '{s}' cannot be read: {e}"))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let fds: Vec<_> = roots.iter().map(|r| r.as_fd()).collect();
+    let opts = TreeOptions {
+        skip_root_names: super::foreign_root_names(hide_lost_found),
+        compare_content: false,
+        count_first: false,
+        ..TreeOptions::default()
+    };
+    let ctl = Control::new(None);
+    let first = Arc::new(First {
+        found: Mutex::new(None),
+        cancel: ctl.cancel.clone(),
+        shown: shown.to_vec(),
+    });
+    let ctl = ctl.with_hook(first.clone());
+    tree::scrub(&fds, &opts, tree::Repair::None, &ctl)
+        .map_err(|e| format!("the legs cannot be compared: {e}"))?;
+    let found = first.found.lock().unwrap_or_else(|p| p.into_inner()).take();
+    Ok(found)
 }
 
 #[cfg(test)]
@@ -484,5 +606,96 @@ mod tests {
         sb1.write(&l[1]).unwrap();
         let e = ArrayPlan::prepare(&s[..2], &l[..2], &none[..2], false, true, None).unwrap_err();
         assert!(e.contains("each used without the other"), "{e}");
+    }
+
+    fn same(l: &[PathBuf], hide_lost_found: bool) -> Option<String> {
+        let shown: Vec<String> = l.iter().map(|p| p.display().to_string()).collect();
+        first_difference(&shown, l, hide_lost_found).unwrap()
+    }
+
+    /// Copies `from`'s tree onto `to` as `cp -a` does (times, modes, links kept).
+    fn cp_a(from: &std::path::Path, to: &std::path::Path) {
+        let ok = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(format!("{}/.", from.display()))
+            .arg(to)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+    }
+
+    #[test]
+    fn the_first_mount_compares_metadata_with_the_tree_engine() {
+        use std::os::unix::fs::symlink;
+        let (_d, l, _) = legs(2);
+        assert_eq!(same(&l, false), None, "empty legs agree");
+        std::fs::create_dir_all(l[0].join("sub/deeper")).unwrap();
+        std::fs::write(l[0].join("sub/f"), b"same").unwrap();
+        std::fs::hard_link(l[0].join("sub/f"), l[0].join("h")).unwrap();
+        symlink("/etc/passwd", l[0].join("link")).unwrap();
+        cp_a(&l[0], &l[1]);
+        assert_eq!(same(&l, false), None, "cp -a copies agree");
+        // A name on one leg only.
+        std::fs::write(l[1].join("sub/extra"), b"x").unwrap();
+        let d = same(&l, false).unwrap();
+        assert!(d.contains("'/sub/extra' exists only on"), "{d}");
+        std::fs::remove_file(l[1].join("sub/extra")).unwrap();
+        // Sizes (of /h first, in walk order: it is the same file as /sub/f).
+        std::fs::write(l[1].join("sub/f"), b"longer").unwrap();
+        let d = same(&l, false).unwrap();
+        assert!(d.contains("'/h'") && d.contains("size (4 and 6)"), "{d}");
+        // Hard links: the copy has the same bytes and times, but two separate files.
+        std::fs::remove_dir_all(&l[1]).unwrap();
+        std::fs::create_dir(&l[1]).unwrap();
+        cp_a(&l[0], &l[1]);
+        assert_eq!(same(&l, false), None);
+        std::fs::remove_file(l[1].join("h")).unwrap();
+        std::fs::copy(l[0].join("sub/f"), l[1].join("h")).unwrap();
+        let t = std::fs::metadata(l[0].join("h"))
+            .unwrap()
+            .modified()
+            .unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(l[1].join("h"))
+            .unwrap()
+            .set_modified(t)
+            .unwrap();
+        let d = same(&l, false).unwrap();
+        assert!(d.contains("hard links"), "{d}");
+        // The contents themselves are not read here: same sizes and times, other bytes, agree
+        // (the scrub after the mount compares them).
+        let (_d2, m, _) = legs(2);
+        for leg in &m {
+            std::fs::write(leg.join("f"), b"AAAA").unwrap();
+        }
+        std::fs::write(m[1].join("f"), b"BBBB").unwrap();
+        let t = std::fs::metadata(m[0].join("f"))
+            .unwrap()
+            .modified()
+            .unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(m[1].join("f"))
+            .unwrap()
+            .set_modified(t)
+            .unwrap();
+        assert_eq!(same(&m, false), None);
+        let none = vec![None; 2];
+        let shown: Vec<String> = m.iter().map(|p| p.display().to_string()).collect();
+        let p = ArrayPlan::prepare(&shown, &m, &none, false, false, None).unwrap();
+        assert!(
+            p.check_contents,
+            "legs adopted with data get their contents compared"
+        );
+    }
+
+    #[test]
+    fn lost_found_is_ignored_only_when_asked() {
+        let (_d, l, _) = legs(2);
+        std::fs::create_dir(l[0].join("lost+found")).unwrap();
+        assert!(same(&l, false).is_some());
+        assert_eq!(same(&l, true), None);
     }
 }

@@ -5,7 +5,6 @@ pub mod array;
 pub mod changes;
 pub mod membership;
 pub mod superblock;
-pub mod tree_compare;
 
 /// The metadata folder's name at the root of every leg.
 pub const META_DIR: &str = ".mirrorfs";

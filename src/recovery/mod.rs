@@ -14,7 +14,7 @@ mod scrub;
 
 pub use command::{LegCommand, RepairFrom, ScrubCommand};
 pub use resync::ResyncJob;
-pub use scrub::ScrubJob;
+pub use scrub::{Repair as ScrubRepair, ScrubJob};
 
 use crate::errno::{Errno, Result};
 use crate::leg::{LegIdx, LegState};

@@ -106,7 +106,7 @@ impl EntryHook for ScrubHook {
 impl Recovery {
     /// Starts a scrub of the in-sync legs. EBUSY while one runs; EINVAL for a repair that
     /// cannot work (majority with two legs, a source leg not in sync).
-    pub(super) fn start_scrub(self: &Arc<Self>, repair: Repair) -> Result<()> {
+    pub fn start_scrub(self: &Arc<Self>, repair: Repair) -> Result<()> {
         let mut slot = self.scrub.lock();
         if slot.as_ref().is_some_and(|j| j.is_running()) {
             return Err(Errno::EBUSY);
