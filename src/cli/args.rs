@@ -13,7 +13,7 @@ pub struct Args {
     /// Stay in the foreground (default: fork once the mount answers).
     #[arg(short = 'f')]
     pub foreground: bool,
-    /// Debug logging (to stderr; use with -f).
+    /// Debug logging: to stderr with -f, to the system log otherwise.
     #[arg(short = 'd')]
     pub debug: bool,
     /// Mount options, comma-separated (see mirrorfs(8)).
