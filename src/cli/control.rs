@@ -22,34 +22,11 @@ const PREFIX: &str = "user.mirrorfs.";
 
 /// Every mirrorfs mount point, from `/proc/self/mountinfo`.
 pub fn mounts() -> Vec<PathBuf> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    info.lines()
-        .filter_map(|line| {
-            let (left, right) = line.split_once(" - ")?;
-            let fstype = right.split(' ').next()?;
-            let mount = left.split(' ').nth(4)?;
-            (fstype == "fuse.mirrorfs").then(|| unescape(mount))
-        })
+    sys::mountinfo::read()
+        .into_iter()
+        .filter(|m| m.fstype == "fuse.mirrorfs")
+        .map(|m| m.mount_point)
         .collect()
-}
-
-/// Undoes mountinfo's octal escapes (`\040` for a space).
-fn unescape(s: &str) -> PathBuf {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(u8::is_ascii_digit) {
-            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
-            out.push(v);
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    use std::os::unix::ffi::OsStringExt;
-    PathBuf::from(std::ffi::OsString::from_vec(out))
 }
 
 /// The control file of the mirrorfs mount at `mount` (or `mount` itself when it is the
@@ -353,16 +330,6 @@ pub fn run(cmd: &str, args: &[String]) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn mountinfo_escapes_are_undone() {
-        assert_eq!(
-            unescape(r"/mnt/my\040mirror"),
-            PathBuf::from("/mnt/my mirror")
-        );
-        assert_eq!(unescape(r"/plain"), PathBuf::from("/plain"));
-        assert_eq!(unescape(r"/x\0"), PathBuf::from(r"/x\0"));
-    }
 
     #[test]
     fn keys_take_or_leave_the_prefix() {

@@ -52,20 +52,12 @@ fn sysfs_dir(dev: u64) -> Option<PathBuf> {
 
 /// For an anonymous device (btrfs, overlay): the block device its mount came from.
 fn device_from_mountinfo(dev: u64) -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let want = format!("{}:{}", major(dev), minor(dev));
-    info.lines().find_map(|line| {
-        let mut f = line.split(' ');
-        let majmin = f.nth(2)?;
-        if majmin != want {
-            return None;
-        }
-        let rest = line.split(" - ").nth(1)?;
-        let source = rest.split(' ').nth(1)?;
-        let meta = std::fs::metadata(source).ok()?;
-        use std::os::unix::fs::FileTypeExt;
-        meta.file_type().is_block_device().then(|| meta.rdev())
-    })
+    use std::os::unix::fs::FileTypeExt;
+    let m = crate::sys::mountinfo::read()
+        .into_iter()
+        .find(|m| (u64::from(m.major), u64::from(m.minor)) == (major(dev), minor(dev)))?;
+    let meta = std::fs::metadata(&m.source).ok()?;
+    meta.file_type().is_block_device().then(|| meta.rdev())
 }
 
 fn read_trimmed(p: &Path) -> Option<String> {
