@@ -14,9 +14,6 @@ pub const STATS: &str = "user.mirrorfs.stats";
 /// The key of the fault-injection rules (mounts with `fault_injection`).
 pub const FAULT: &str = "user.mirrorfs.fault";
 
-/// How long `getfattr`/`setfattr` may take.
-const XATTR_TOOL_TIMEOUT: Duration = Duration::from_secs(60);
-
 // ---------------------------------------------------------------------------------------------
 // Keys through getfattr / setfattr
 // ---------------------------------------------------------------------------------------------
@@ -26,7 +23,7 @@ pub fn getfattr(path: &Path, key: &str) -> Result<Vec<u8>, String> {
     let out = run(
         "getfattr",
         &[&"-n", &key, &"--only-values", &path],
-        XATTR_TOOL_TIMEOUT,
+        TOOL_TIMEOUT,
     );
     if out.status.success() {
         Ok(out.stdout)
@@ -47,7 +44,7 @@ pub fn setfattr(path: &Path, key: &str, value: &str) -> Result<(), String> {
     let out = run(
         "setfattr",
         &[&"-n", &key, &"-v", &value, &path],
-        XATTR_TOOL_TIMEOUT,
+        TOOL_TIMEOUT,
     );
     if out.status.success() {
         Ok(())
@@ -63,9 +60,83 @@ pub fn setfattr_ok(path: &Path, key: &str, value: &str) {
     }
 }
 
+/// Asserts that `setfattr` fails with the message of `errno_text` (e.g. "Invalid argument").
+#[track_caller]
+pub fn setfattr_fails(path: &Path, key: &str, value: &str, errno_text: &str) {
+    match setfattr(path, key, value) {
+        Ok(()) => panic!(
+            "setfattr -n {key} -v {value:?} {} succeeded, want '{errno_text}'",
+            path.display()
+        ),
+        Err(e) => assert!(
+            e.contains(errno_text),
+            "setfattr -n {key} -v {value:?} {}: want '{errno_text}', got: {e}",
+            path.display()
+        ),
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The statistics document
 // ---------------------------------------------------------------------------------------------
+
+/// Fields of the document's top level, as the issue lists them (and the ones added with them).
+pub const MOUNT_FIELDS: &[&str] = &[
+    "version",
+    "mirrorfs_version",
+    "mount",
+    "pid",
+    "state",
+    "read_policy",
+    "uptime_s",
+    "uptime_us",
+    "legs_total",
+    "legs_online",
+    "legs",
+    "resync",
+    "scrub",
+];
+
+/// Fields of each leg.
+pub const LEG_FIELDS: &[&str] = &[
+    "name",
+    "path",
+    "state",
+    "rotational",
+    "rotational_source",
+    "writemostly",
+    "device",
+    "read_ops",
+    "read_bytes",
+    "write_ops",
+    "write_bytes",
+    "read_errors",
+    "write_errors",
+    "checksum_errors",
+    "inflight",
+    "device_inflight",
+    "latency_us",
+    "read_bandwidth",
+    "policy_picks",
+    "stream_switches",
+    "split_reads",
+    "spread_reads",
+];
+
+/// Per-leg counters that `stats_reset` zeroes.
+pub const COUNTERS: &[&str] = &[
+    "read_ops",
+    "read_bytes",
+    "write_ops",
+    "write_bytes",
+    "read_errors",
+    "write_errors",
+    "checksum_errors",
+    "policy_picks",
+    "stream_switches",
+    "split_reads",
+    "spread_reads",
+];
 
 /// The raw stats document read with getfattr, and it parsed both ways.
 #[track_caller]
@@ -81,6 +152,89 @@ pub fn stats_of(path: &Path) -> (String, Stats, Value) {
 #[track_caller]
 pub fn stats(mnt: &Path) -> Stats {
     stats_of(&mnt.join(".mirrorfs")).1
+}
+
+/// Every field the issue lists is present in the raw document, with the right JSON type.
+#[track_caller]
+pub fn assert_every_field(v: &Value, n_legs: usize) {
+    let top = v.as_object().expect("the document is a JSON object");
+    for f in MOUNT_FIELDS {
+        assert!(top.contains_key(*f), "stats lack the mount field '{f}'");
+    }
+    for f in [
+        "version",
+        "pid",
+        "uptime_s",
+        "uptime_us",
+        "legs_total",
+        "legs_online",
+    ] {
+        assert!(v[f].is_u64(), "stats field {f} is not an integer: {}", v[f]);
+    }
+    for f in ["mirrorfs_version", "mount", "state", "read_policy"] {
+        assert!(
+            v[f].is_string(),
+            "stats field {f} is not a string: {}",
+            v[f]
+        );
+    }
+    for f in ["resync", "scrub"] {
+        assert!(
+            v[f].is_null() || v[f].is_object(),
+            "stats field {f} is neither null nor an object: {}",
+            v[f]
+        );
+    }
+    assert!(
+        ["ONLINE", "DEGRADED", "FAULTED"].contains(&v["state"].as_str().unwrap()),
+        "mount state {}",
+        v["state"]
+    );
+    let legs = v["legs"].as_array().expect("legs is a list");
+    assert_eq!(legs.len(), n_legs, "one entry per leg");
+    for (i, l) in legs.iter().enumerate() {
+        let o = l.as_object().expect("a leg is an object");
+        for f in LEG_FIELDS {
+            assert!(o.contains_key(*f), "leg {i} lacks the field '{f}': {l}");
+        }
+        for f in COUNTERS.iter().chain(&["inflight"]) {
+            assert!(l[f].is_u64(), "leg {i}: {f} is not an integer: {}", l[f]);
+        }
+        for f in ["device_inflight", "read_bandwidth"] {
+            assert!(
+                l[f].is_null() || l[f].is_u64(),
+                "leg {i}: {f} is neither null nor an integer: {}",
+                l[f]
+            );
+        }
+        for f in ["name", "path", "state", "rotational_source"] {
+            assert!(l[f].is_string(), "leg {i}: {f} is not a string: {}", l[f]);
+        }
+        assert!(
+            l["device"].is_null() || l["device"].is_string(),
+            "leg {i}: device {}",
+            l["device"]
+        );
+        for f in ["rotational", "writemostly"] {
+            assert!(l[f].is_boolean(), "leg {i}: {f} is not a boolean: {}", l[f]);
+        }
+        assert!(
+            ["sysfs", "option", "measured", "unknown"]
+                .contains(&l["rotational_source"].as_str().unwrap()),
+            "leg {i}: rotational_source {}",
+            l["rotational_source"]
+        );
+        let lat = l["latency_us"]
+            .as_object()
+            .expect("latency_us is an object");
+        for f in ["small_read", "large_read"] {
+            assert!(
+                lat.get(f).is_some_and(|x| x.is_null() || x.is_u64()),
+                "leg {i}: latency_us.{f} missing or not an integer: {}",
+                l["latency_us"]
+            );
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -124,6 +278,29 @@ pub fn mirrorfs_refused(args: &[&dyn AsRef<OsStr>]) -> String {
         "mirrorfs {shown:?}: no line says why:\n{out}"
     );
     out
+}
+
+/// Asserts the exit status; a failure that prints no report says why in exactly one line.
+#[track_caller]
+pub fn assert_exit(out: &Output, code: i32, what: &str) {
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "{what}: exit status\nstdout: {}\nstderr: {}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let err = text(&out.stderr);
+    if code != 0 && out.stdout.is_empty() {
+        assert_eq!(
+            err.lines().count(),
+            1,
+            "{what}: want one line on stderr, got: {err:?}"
+        );
+        assert!(err.starts_with("mirrorfs: "), "{what}: stderr {err:?}");
+    } else {
+        assert_eq!(err, "", "{what}: stderr");
+    }
 }
 
 /// `mirrorfs status MOUNT`: exit code and report.

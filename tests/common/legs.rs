@@ -103,6 +103,13 @@ pub fn read_direct(p: &Path, chunk: usize) -> Vec<u8> {
     }
 }
 
+/// Reads the whole file once, through the mount.
+#[track_caller]
+pub fn read_once(m: &Mounted, rel: &str, want: &[u8]) {
+    let got = fs::read(m.path(rel)).unwrap_or_else(|e| panic!("read {rel}: {e}"));
+    assert_bytes_eq(&got, want, rel);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Mounting existing legs again
 // ---------------------------------------------------------------------------------------------

@@ -575,6 +575,15 @@ pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// A path as a string (lossy).
+pub fn path_str(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+/// How long a tool the tests run (getfattr, setfattr, cp, rsync, mount...) may take before it
+/// counts as hung.
+pub const TOOL_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Run `prog ARGS...` with a timeout, capturing stdout and stderr.
 pub fn run(prog: &str, args: &[&dyn AsRef<OsStr>], timeout: Duration) -> Output {
     let mut cmd = Command::new(prog);
