@@ -8,6 +8,7 @@
 mod common;
 
 use common::*;
+use mirrorfs::meta::changes::IDLE;
 use mirrorfs::stats::MountState;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -26,6 +27,106 @@ fn intent_log(leg: &Path) -> PathBuf {
 /// The size of a file, 0 when it does not exist.
 fn len_or_zero(p: &Path) -> u64 {
     fs::metadata(p).map(|m| m.len()).unwrap_or(0)
+}
+
+/// The daemon's pid, from `user.mirrorfs.pid`.
+#[track_caller]
+fn daemon_pid(mnt: &Path) -> i32 {
+    getfattr_ok(&mnt.join(".mirrorfs"), "user.mirrorfs.pid")
+        .trim()
+        .parse()
+        .expect("user.mirrorfs.pid is a number")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading the intent logs before the daemon can clear them
+// ---------------------------------------------------------------------------------------------
+
+/// The daemon `pid` stopped (SIGSTOP) while this guard lives, continued (SIGCONT) when it
+/// drops. A stopped daemon runs no sweep, so it clears no intent entry: the intent logs on the
+/// legs keep what they hold. Nothing may go through the mount meanwhile (it would wait for the
+/// daemon).
+struct Stopped(i32);
+
+impl Stopped {
+    #[track_caller]
+    fn new(pid: i32) -> Stopped {
+        assert_eq!(
+            unsafe { libc::kill(pid, libc::SIGSTOP) },
+            0,
+            "kill -STOP {pid}"
+        );
+        let stopped = Stopped(pid);
+        // Each thread stops at its next chance (one in a system call finishes it first): wait
+        // until all of them have, so that no sweep is still under way.
+        let start = Instant::now();
+        while !all_threads_stopped(pid) {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "the daemon {pid} did not stop within 30 s of SIGSTOP"
+            );
+            sleep(Duration::from_millis(1));
+        }
+        stopped
+    }
+
+    /// `kill -9` of the stopped daemon; returns what kill(2) returned.
+    fn kill(self) -> i32 {
+        let pid = self.0;
+        // No SIGCONT after it: the pid is dead (and could be reused).
+        std::mem::forget(self);
+        unsafe { libc::kill(pid, libc::SIGKILL) }
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        unsafe { libc::kill(self.0, libc::SIGCONT) };
+    }
+}
+
+/// True once every thread of `pid` is stopped (state `T` in /proc).
+fn all_threads_stopped(pid: i32) -> bool {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|t| {
+        fs::read_to_string(t.path().join("stat")).is_ok_and(|st| {
+            st.rfind(')')
+                .and_then(|i| st[i + 1..].trim_start().chars().next())
+                == Some('T')
+        })
+    })
+}
+
+/// Runs `change` (changes through the mount), then stops the daemon, so that the intent logs
+/// can be read while they must still name what `change` changed. The daemon clears an entry
+/// only once it has been idle for [`IDLE`]: if the daemon stopped less than IDLE after `change`
+/// began (and after `also_since`, when other changes that must still be logged began, asked
+/// once the daemon is stopped), no such entry can have been cleared, however slow the machine
+/// was. This replaces trusting that the check comes "right after" the writes. When the stop
+/// came later than that (a busy machine), the daemon is continued and `change` made again.
+#[track_caller]
+fn change_then_stop(
+    pid: i32,
+    mut change: impl FnMut(),
+    also_since: impl Fn() -> Option<Instant>,
+) -> Stopped {
+    for attempt in 1..=10 {
+        let began = Instant::now();
+        change();
+        let stopped = Stopped::new(pid);
+        let since = also_since().map_or(began, |t| t.min(began));
+        let took = since.elapsed();
+        if took < IDLE {
+            return stopped;
+        }
+        eprintln!(
+            "attempt {attempt}: the daemon stopped {took:?} after the changes began, later than \
+             the intent log's idle time ({IDLE:?}); once more"
+        );
+    }
+    panic!("the daemon never stopped within {IDLE:?} of the changes, in 10 attempts");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -52,11 +153,13 @@ fn hot_content(file: usize, len: usize) -> Vec<u8> {
 }
 
 /// Appends a chunk to each hot file in turn, `fdatasync`ing each, and records in `synced` the
-/// length of each file known to be on stable storage. Stops at the first error (the daemon is
-/// killed) and returns it, or at `stop`.
+/// length of each file known to be on stable storage, and in `last_write` when the last
+/// completed write of each file began. Stops at the first error (the daemon is killed) and
+/// returns it, or at `stop`.
 fn hot_writer(
     mnt: PathBuf,
     synced: Arc<Mutex<BTreeMap<String, usize>>>,
+    last_write: Arc<Mutex<BTreeMap<String, Instant>>>,
     stop: Arc<AtomicBool>,
 ) -> Option<io::Error> {
     let mut files = Vec::new();
@@ -69,6 +172,7 @@ fn hot_writer(
     let mut i = 0;
     while !stop.load(Ordering::Relaxed) {
         for (k, f) in files.iter_mut().enumerate() {
+            let began = Instant::now();
             if let Err(e) = f.write_all(&hot_chunk(k, i)).and_then(|()| f.sync_data()) {
                 return Some(e);
             }
@@ -76,6 +180,7 @@ fn hot_writer(
                 .lock()
                 .unwrap()
                 .insert(format!("hot{k}"), (i + 1) * HOT_CHUNK);
+            last_write.lock().unwrap().insert(format!("hot{k}"), began);
         }
         i += 1;
     }
@@ -90,6 +195,10 @@ fn hot_writer(
 /// the logged paths, and only those, identical on every leg before it serves (a byte flipped
 /// on leg1 in a logged file is repaired from leg0, one in an unlogged file is left for the
 /// scrub, which then repairs it from leg0).
+///
+/// The intent logs are read, and the daemon killed, with the daemon stopped (SIGSTOP) within
+/// the log's idle time of the changes they must name (see [`change_then_stop`]): a busy machine
+/// cannot let an entry be cleared before it is looked at.
 #[test]
 fn kill_9_during_writes() {
     require_fuse!();
@@ -105,13 +214,24 @@ fn kill_9_during_writes() {
     for leg in &legs {
         assert_eq!(superblock(leg)["clean"], Value::Bool(false), "mounted");
     }
+    let pid = daemon_pid(&mnt);
+    assert!(
+        m.daemon_pids().contains(&pid),
+        "user.mirrorfs.pid {pid} is not among the daemon's pids {:?}",
+        m.daemon_pids()
+    );
 
     // Cold files: logged while written, cleared once idle (~2-3 s), then left idle > 5 s.
     let cold: Vec<String> = (0..3).map(|i| format!("cold{i}")).collect();
-    for (i, c) in cold.iter().enumerate() {
-        fs::write(mnt.join(c), pattern(300_000, 100 + i as u64)).unwrap();
-    }
-    let cold_written = Instant::now();
+    let stopped = change_then_stop(
+        pid,
+        || {
+            for (i, c) in cold.iter().enumerate() {
+                fs::write(mnt.join(c), pattern(300_000, 100 + i as u64)).unwrap();
+            }
+        },
+        || None,
+    );
     for leg in &legs {
         let rec = log_records(&intent_log(leg));
         assert!(
@@ -120,7 +240,11 @@ fn kill_9_during_writes() {
             intent_log(leg).display()
         );
     }
-    let cleared = wait_for(Duration::from_secs(10), || {
+    drop(stopped);
+    // (Counted from here, after the stop: the idle time below is only the longer for it.)
+    let cold_written = Instant::now();
+    // Cleared by a sweep (every second) once idle for IDLE (2 s): 30 s is far beyond that.
+    let cleared = wait_for(Duration::from_secs(30), || {
         legs.iter().all(|l| {
             cold.iter()
                 .all(|c| !log_records(&intent_log(l)).contains(c))
@@ -128,7 +252,7 @@ fn kill_9_during_writes() {
     });
     assert!(
         cleared,
-        "the intent entries of idle files are not cleared after 10 s: {:?}",
+        "the intent entries of idle files are not cleared after 30 s: {:?}",
         legs.iter()
             .map(|l| log_records(&intent_log(l)))
             .collect::<Vec<_>>()
@@ -143,10 +267,16 @@ fn kill_9_during_writes() {
 
     // Hot files: written and fsync'd in a loop until the kill.
     let synced: Arc<Mutex<BTreeMap<String, usize>>> = Arc::default();
+    let last_write: Arc<Mutex<BTreeMap<String, Instant>>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
     let writer = {
-        let (mnt, synced, stop) = (mnt.clone(), synced.clone(), stop.clone());
-        std::thread::spawn(move || hot_writer(mnt, synced, stop))
+        let (mnt, synced, last_write, stop) = (
+            mnt.clone(),
+            synced.clone(),
+            last_write.clone(),
+            stop.clone(),
+        );
+        std::thread::spawn(move || hot_writer(mnt, synced, last_write, stop))
     };
     let going = wait_for(Duration::from_secs(30), || {
         let s = synced.lock().unwrap();
@@ -160,25 +290,21 @@ fn kill_9_during_writes() {
             writer.is_finished()
         );
     }
+    // warm: written once, 0.3 s before the kill (the sleep is part of the scenario: a file no
+    // longer written but not idle long enough to be cleared). The daemon is stopped before the
+    // kill within the idle time of warm's write and of each hot file's last write, so all of
+    // them are still logged when it dies.
     let warm = pattern(200_000, 200);
-    fs::write(mnt.join("warm"), &warm).unwrap();
-    sleep(Duration::from_millis(300));
-
-    let pid: i32 = getfattr_ok(&mnt.join(".mirrorfs"), "user.mirrorfs.pid")
-        .trim()
-        .parse()
-        .expect("user.mirrorfs.pid is a number");
-    assert!(
-        m.daemon_pids().contains(&pid),
-        "user.mirrorfs.pid {pid} is not among the daemon's pids {:?}",
-        m.daemon_pids()
+    let stopped = change_then_stop(
+        pid,
+        || {
+            fs::write(mnt.join("warm"), &warm).unwrap();
+            sleep(Duration::from_millis(300));
+        },
+        || last_write.lock().unwrap().values().min().copied(),
     );
     assert!(!writer.is_finished(), "the writer stopped before the kill");
-    assert_eq!(
-        unsafe { libc::kill(pid, libc::SIGKILL) },
-        0,
-        "kill -9 {pid}"
-    );
+    assert_eq!(stopped.kill(), 0, "kill -9 {pid}");
     assert!(
         wait_pids_gone(m.daemon_pids(), Duration::from_secs(10)),
         "the daemon survived kill -9"
@@ -411,9 +537,19 @@ fn write_intent_log_on_and_off() {
         getfattr_ok(&mnt.join(".mirrorfs"), "user.mirrorfs.write_intent"),
         "on"
     );
+    let pid = daemon_pid(&mnt);
     let mut f = OpenOptions::new().append(true).open(mnt.join("f")).unwrap();
-    f.write_all(&pattern(MIB, 62)).unwrap();
-    fs::write(mnt.join("h"), b"h").unwrap();
+    // The logs are read with the daemon stopped within the log's idle time of the writes (see
+    // [`change_then_stop`]); on a machine too busy for that the writes are made again (one more
+    // MiB on f, h rewritten: nothing below depends on how much).
+    let stopped = change_then_stop(
+        pid,
+        || {
+            f.write_all(&pattern(MIB, 62)).unwrap();
+            fs::write(mnt.join("h"), b"h").unwrap();
+        },
+        || None,
+    );
     for leg in &legs {
         let rec = log_records(&intent_log(leg));
         for want in ["f", "h", "."] {
@@ -425,13 +561,15 @@ fn write_intent_log_on_and_off() {
         }
         assert!(!rec.contains("d/g"), "an unchanged file is logged: {rec:?}");
     }
+    drop(stopped);
     drop(f);
-    let cleared = wait_for(Duration::from_secs(10), || {
+    // Cleared by a sweep (every second) once idle for IDLE (2 s): 30 s is far beyond that.
+    let cleared = wait_for(Duration::from_secs(30), || {
         legs.iter().all(|l| log_records(&intent_log(l)).is_empty())
     });
     assert!(
         cleared,
-        "the intent entries are not cleared 10 s after the last write"
+        "the intent entries are not cleared 30 s after the last write"
     );
     assert_no_mirrorfs_leak(&mnt);
     assert_legs_identical(&legs);

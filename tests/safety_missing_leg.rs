@@ -120,7 +120,8 @@ fn a_leg_missing_at_mount() {
         .iter()
         .map(|s| s.to_string())
         .collect();
-    let listed = wait_for(Duration::from_secs(6), || {
+    // The away log is written out by the sweep, every second: 30 s is far beyond that.
+    let listed = wait_for(Duration::from_secs(30), || {
         log_records(&log).is_superset(&want)
     });
     assert!(

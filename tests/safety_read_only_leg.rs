@@ -14,7 +14,6 @@ use mirrorfs::stats::{LegState, MountState};
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::thread::sleep;
 use std::time::Duration;
 
 /// An ext4 filesystem in an image file, loop-mounted with `errors=remount-ro`: a leg that can
@@ -150,15 +149,28 @@ fn spawn_fio(args: &[String], log: &Path) -> Child {
         .expect("spawn fio")
 }
 
-/// Runs fio through the mount and calls `fail_leg1` once about 1.5 s in (the write phase
-/// lasts ~4 s): fio must finish without an error and verify what it wrote; leg1 is dropped
-/// (FAULTED, write errors counted, DEGRADED in the stats and in `mirrorfs status`). Leaves the
-/// mirror mounted.
+/// How much of fio's writes must have reached leg1 before it fails: an eighth of the 32 MiB
+/// job. The rest, 28 MiB at fio's 8 MiB/s, keeps the workload going for at least 3.5 s after
+/// the failure, however busy the machine (a rate limit only ever slows fio down).
+const WRITTEN_BEFORE_THE_FAILURE: u64 = 4 * MIB as u64;
+
+/// Runs fio through the mount and calls `fail_leg1` once fio is well into its write phase
+/// ([`WRITTEN_BEFORE_THE_FAILURE`] on leg1, polled rather than a fixed sleep): fio must finish
+/// without an error and verify what it wrote; leg1 is dropped (FAULTED, write errors counted,
+/// DEGRADED in the stats and in `mirrorfs status`). Leaves the mirror mounted.
 fn fio_survives_a_failing_leg(m: &mut Mounted, fail_leg1: impl FnOnce()) {
     let mnt = m.mnt().to_path_buf();
     let log = m.root().join("fio.out");
     let mut fio = spawn_fio(&fio_job(&mnt.join("fio.dat")), &log);
-    sleep(Duration::from_millis(1500));
+    let writing = wait_for(Duration::from_secs(120), || {
+        stats(&mnt).legs[1].write_bytes >= WRITTEN_BEFORE_THE_FAILURE
+            || fio.try_wait().unwrap().is_some()
+    });
+    assert!(
+        writing,
+        "fio's writes did not reach leg1 within 120 s: {:?}",
+        stats(&mnt).legs[1]
+    );
     let before = stats(&mnt);
     assert!(
         fio.try_wait().unwrap().is_none(),
