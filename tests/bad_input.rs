@@ -349,7 +349,7 @@ fn legs_differ_at_first_mount() {
         &watch_all(&d),
         Some(&d.mnt),
     );
-    // (One populated leg and empty others is adopted: tests/data_safety.rs.)
+    // (One populated leg and empty others is adopted: tests/safety_first_mount.rs.)
 }
 
 #[test]

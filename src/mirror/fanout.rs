@@ -120,6 +120,7 @@ impl Drop for LegWorkers {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Condvar, Mutex};
     use std::time::{Duration, Instant};
 
     #[test]
@@ -134,17 +135,34 @@ mod tests {
         assert_eq!(count.load(Ordering::SeqCst), 3);
     }
 
+    /// Each job says it has started, then waits until all three have: that can only happen if
+    /// the three run at the same time (run one after the other, the first would wait for the
+    /// others in vain). Shown by overlap, not by elapsed time, so a busy machine cannot break
+    /// it; the deadline only ends a failing run, a passing one never comes near it.
     #[test]
     fn legs_run_in_parallel() {
         let w = LegWorkers::new(3, 1).unwrap();
-        let t = Instant::now();
-        w.run(&[0, 1, 2], |_| {
-            std::thread::sleep(Duration::from_millis(100))
+        let started = Mutex::new(0usize);
+        let all_started = Condvar::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let out = w.run(&[0, 1, 2], |_| {
+            let mut n = started.lock().unwrap();
+            *n += 1;
+            all_started.notify_all();
+            while *n < 3 {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                n = all_started.wait_timeout(n, left).unwrap().0;
+            }
+            // How many jobs had started when this one went on.
+            *n
         });
-        assert!(
-            t.elapsed() < Duration::from_millis(250),
-            "{:?}",
-            t.elapsed()
+        assert_eq!(
+            out,
+            vec![(0, 3), (1, 3), (2, 3)],
+            "a job went on before the three had started: they did not run at once"
         );
     }
 

@@ -6,7 +6,24 @@
 //! * [`assert_legs_identical`] and [`assert_no_mirrorfs_leak`] are the invariants every
 //!   operation test finishes with.
 //! * Small libc helpers (errno, lstat, xattrs, running a command as another user).
+//! * [`control`]: the control interface of a mount (the `user.mirrorfs.*` keys through the real
+//!   `getfattr`/`setfattr`, the statistics, `mirrorfs status` and the other subcommands, waiting
+//!   for a resync or a scrub).
+//! * [`legs`]: the legs behind the mirror (superblocks, logs, corrupting a copy, a small tree
+//!   to adopt) and mounting existing legs again by hand.
+//!
+//! Each test file is a crate of its own and uses only part of this: unused helpers are allowed.
 #![allow(dead_code)]
+
+pub mod control;
+pub mod legs;
+
+// The test files reach everything through `use common::*`; a file that uses nothing of one of
+// these modules would otherwise warn about the re-export.
+#[allow(unused_imports)]
+pub use control::*;
+#[allow(unused_imports)]
+pub use legs::*;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{CString, OsStr, OsString};
@@ -23,6 +40,9 @@ use std::time::{Duration, Instant};
 /// The uid/gid of `nobody`/`nogroup` on Debian.
 pub const NOBODY: u32 = 65534;
 pub const NOGROUP: u32 = 65534;
+
+pub const KIB: usize = 1 << 10;
+pub const MIB: usize = 1 << 20;
 
 /// Path of the mirrorfs binary built by cargo for this test run.
 pub fn mirrorfs_bin() -> &'static str {
@@ -550,6 +570,29 @@ fn join_timeout(t: std::thread::JoinHandle<Vec<u8>>, timeout: Duration) -> Vec<u
     t.join().unwrap_or_default()
 }
 
+/// Bytes as text (lossy), for messages and reports.
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A path as a string (lossy).
+pub fn path_str(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+/// How long a tool the tests run (getfattr, setfattr, cp, rsync, mount...) may take before it
+/// counts as hung.
+pub const TOOL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Run `prog ARGS...` with a timeout, capturing stdout and stderr.
+pub fn run(prog: &str, args: &[&dyn AsRef<OsStr>], timeout: Duration) -> Output {
+    let mut cmd = Command::new(prog);
+    for a in args {
+        cmd.arg(a.as_ref());
+    }
+    run_timeout(&mut cmd, timeout)
+}
+
 /// Run mirrorfs with `args` (30 s timeout).
 pub fn run_mirrorfs<I, S>(args: I) -> Output
 where
@@ -686,6 +729,20 @@ pub fn wait_mounted<P: AsRef<Path>>(mnt: P, want: bool, timeout: Duration) -> bo
             return false;
         }
         sleep(Duration::from_millis(20));
+    }
+}
+
+/// Polls `cond` every 100 ms for up to `timeout`; true once it holds.
+pub fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        if cond() {
+            return true;
+        }
+        if start.elapsed() > timeout {
+            return false;
+        }
+        sleep(Duration::from_millis(100));
     }
 }
 
