@@ -13,11 +13,6 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-fn stats(mnt: &Path) -> Stats {
-    let raw = get_xattr(mnt.join(".mirrorfs"), "user.mirrorfs.stats").expect("stats");
-    serde_json::from_slice(&raw).expect("stats parse")
-}
-
 /// Waits for the first-mount scrub to end; returns the stats then.
 #[track_caller]
 fn scrub_done(mnt: &Path) -> Stats {

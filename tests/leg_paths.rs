@@ -7,18 +7,13 @@
 mod common;
 
 use common::*;
-use mirrorfs::stats::{JobState, LegState, Stats};
+use mirrorfs::stats::LegState;
 use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
-
-fn stats(mnt: &Path) -> Stats {
-    let raw = get_xattr(mnt.join(".mirrorfs"), "user.mirrorfs.stats").expect("stats");
-    serde_json::from_slice(&raw).expect("stats parse")
-}
+use std::time::Duration;
 
 /// `mirrorfs ARGS` run in `cwd`; panics unless it exits 0.
 #[track_caller]
@@ -33,26 +28,6 @@ fn mirrorfs_in(cwd: &Path, args: &[&OsStr]) {
         cwd.display(),
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-/// Waits for the resync to finish with every leg online.
-#[track_caller]
-fn wait_online(mnt: &Path) -> Stats {
-    let start = Instant::now();
-    loop {
-        let st = stats(mnt);
-        if let Some(r) = &st.resync {
-            assert!(
-                matches!(r.state, JobState::Running | JobState::Finished),
-                "{st:?}"
-            );
-        }
-        if st.legs.iter().all(|l| l.state == LegState::InSync) {
-            return st;
-        }
-        assert!(start.elapsed() < Duration::from_secs(60), "{st:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 #[test]
@@ -86,7 +61,7 @@ fn leg_commands_take_relative_and_unusual_paths() {
             OsStr::new("../leg1"),
         ],
     );
-    wait_online(&mnt);
+    wait_resynced(&mnt);
 
     // Replaced by a directory whose name holds a space, a newline and a byte that is not
     // UTF-8, given relative to the caller's directory.
@@ -103,7 +78,7 @@ fn leg_commands_take_relative_and_unusual_paths() {
             &odd,
         ],
     );
-    let st = wait_online(&mnt);
+    let st = wait_resynced(&mnt);
     assert_eq!(
         st.legs[1].path,
         new_leg.to_string_lossy(),
@@ -119,7 +94,7 @@ fn leg_commands_take_relative_and_unusual_paths() {
     set_xattr(&mnt, "user.mirrorfs.leg", &value, 0).unwrap();
     assert_eq!(stats(&mnt).legs[1].state, LegState::Failed);
     set_xattr(&mnt, "user.mirrorfs.leg", b"add leg1", 0).unwrap();
-    wait_online(&mnt);
+    wait_resynced(&mnt);
     drop(m);
 }
 

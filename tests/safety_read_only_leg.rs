@@ -67,6 +67,7 @@ impl Ext4Leg {
         self.dev = mount_entry_at(&self.mnt)
             .expect("the ext4 leg is mounted")
             .source
+            .to_string_lossy()
             .trim_start_matches("/dev/")
             .to_string();
     }

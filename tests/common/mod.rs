@@ -29,7 +29,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{CString, OsStr, OsString};
 use std::fs;
 use std::io::{self, Read};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -652,57 +652,11 @@ pub fn shq<P: AsRef<Path>>(p: P) -> String {
 // Mount table and daemon processes
 // ---------------------------------------------------------------------------------------------
 
-/// Decode the octal escapes (`\040` etc.) of /proc/self/mountinfo.
-fn unescape_mountinfo(s: &str) -> PathBuf {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() {
-            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8) {
-                out.push(v);
-                i += 4;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    PathBuf::from(OsString::from_vec(out))
-}
-
-/// One line of /proc/self/mountinfo.
-#[derive(Debug, Clone)]
-pub struct MountEntry {
-    pub mount_point: PathBuf,
-    pub fstype: String,
-    pub source: String,
-    pub options: String,
-    pub super_options: String,
-}
+/// One line of /proc/self/mountinfo (the library's parser: one for everyone).
+pub use mirrorfs::sys::mountinfo::MountEntry;
 
 pub fn mount_entries() -> Vec<MountEntry> {
-    let text = fs::read_to_string("/proc/self/mountinfo").expect("read /proc/self/mountinfo");
-    let mut v = Vec::new();
-    for line in text.lines() {
-        let (left, right) = match line.split_once(" - ") {
-            Some(x) => x,
-            None => continue,
-        };
-        let lf: Vec<&str> = left.split(' ').collect();
-        let rf: Vec<&str> = right.split(' ').collect();
-        if lf.len() < 6 || rf.len() < 3 {
-            continue;
-        }
-        v.push(MountEntry {
-            mount_point: unescape_mountinfo(lf[4]),
-            options: lf[5].to_string(),
-            fstype: rf[0].to_string(),
-            source: rf[1].to_string(),
-            super_options: rf[2].to_string(),
-        });
-    }
-    v
+    mirrorfs::sys::mountinfo::read()
 }
 
 /// The mount entry at `mnt` (the topmost one), if any.
