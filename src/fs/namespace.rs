@@ -314,7 +314,7 @@ impl MirrorFs {
         let root = self.mirror.leg(leg).root()?;
         let dir = sys::fd::open_beneath(root.as_fd(), parent)?;
         self.checked(caller, || {
-            sys::fd::link_named(dir.as_fd(), &name, new_dir, new)
+            sys::fd::link_by_name_at(dir.as_fd(), &name, new_dir, new)
         })
     }
 

@@ -152,19 +152,19 @@ pub fn link_at(fd: BorrowedFd<'_>, new_dir: BorrowedFd<'_>, new_name: &CStr) -> 
     .map(drop)
 }
 
-/// `linkat(dir, name, new_dir, new_name, 0)`: a new name for the entry `name` of `dir`, without
-/// following it if it is a symlink.
-pub fn link_named(
-    dir: BorrowedFd<'_>,
-    name: &CStr,
+/// `linkat(old_dir, old_name, new_dir, new_name, 0)`: a new name for the entry `old_name`
+/// itself (a symlink is not followed; no capability needed, unlike `AT_EMPTY_PATH`).
+pub fn link_by_name_at(
+    old_dir: BorrowedFd<'_>,
+    old_name: &CStr,
     new_dir: BorrowedFd<'_>,
     new_name: &CStr,
 ) -> Result<()> {
-    // SAFETY: valid C strings and descriptors.
+    // SAFETY: valid descriptors and C strings.
     check(unsafe {
         libc::linkat(
-            dir.as_raw_fd(),
-            name.as_ptr(),
+            old_dir.as_raw_fd(),
+            old_name.as_ptr(),
             new_dir.as_raw_fd(),
             new_name.as_ptr(),
             0,

@@ -123,24 +123,3 @@ pub fn set_times_at(
 pub fn cname(name: &std::ffi::OsStr) -> Result<CString> {
     CString::new(name.as_bytes()).map_err(|_| Errno::EINVAL)
 }
-
-/// `linkat(old_dir, old_name, new_dir, new_name, 0)`: a new name for the entry `old_name`
-/// itself (a symlink is not followed; no capability needed, unlike `AT_EMPTY_PATH`).
-pub fn link_by_name_at(
-    old_dir: BorrowedFd<'_>,
-    old_name: &CStr,
-    new_dir: BorrowedFd<'_>,
-    new_name: &CStr,
-) -> Result<()> {
-    // SAFETY: valid descriptors and C strings.
-    check(unsafe {
-        libc::linkat(
-            old_dir.as_raw_fd(),
-            old_name.as_ptr(),
-            new_dir.as_raw_fd(),
-            new_name.as_ptr(),
-            0,
-        )
-    })
-    .map(drop)
-}

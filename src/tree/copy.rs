@@ -297,7 +297,7 @@ fn link_to_leader(
         }
         remove_entry(ctx, tgt.dir, tgt.name)?;
     }
-    match sys::tree_support::link_by_name_at(ldir.fd.as_fd(), &lname, tgt.dir, tgt.name) {
+    match sys::fd::link_by_name_at(ldir.fd.as_fd(), &lname, tgt.dir, tgt.name) {
         Ok(()) => {}
         // Too many links, or a filesystem without hard links: a copy is the best we can do.
         Err(e) if e.0 == libc::EMLINK || e == Errno::EPERM || e == Errno::ENOTSUP => {

@@ -132,18 +132,8 @@ impl Scrub<'_> {
             && self.repair != Repair::None
             && self.ctx.opts.compare_dir_mtime
         {
-            // Repairs inside moved the roots' mtimes on the repaired legs: not a difference of
-            // its own, a consequence of the repairs below.
-            let (rep, unrep) = (self.report.repaired, self.report.unrepaired);
-            self.root_entry()?;
-            let fixed = self.report.repaired - rep;
-            self.report.repaired = rep;
-            self.report.unrepaired = unrep;
-            self.ctx
-                .ctl
-                .progress
-                .repaired
-                .fetch_sub(fixed, std::sync::atomic::Ordering::Relaxed);
+            // Repairs inside moved the roots' mtimes on the repaired legs.
+            self.uncounted(|s| s.root_entry().map(drop))?;
         }
         self.ctx.ctl.hook.synced(rel);
         Ok(())
@@ -454,11 +444,19 @@ impl Scrub<'_> {
         if cmp.kinds.is_empty() {
             return Ok(());
         }
+        self.uncounted(|s| {
+            s.repair_with(rel, &states, &cmp, |s, g, b| {
+                s.fix(dirs, rel, cname, g, b, &states, &leaders)
+            })
+            .map(drop)
+        })
+    }
+
+    /// Runs `repair` without counting what it repairs: a directory's mtime moved by the
+    /// repairs below it is not a difference of its own, but their consequence.
+    fn uncounted(&mut self, repair: impl FnOnce(&mut Self) -> Result<()>) -> Result<()> {
         let (rep, unrep) = (self.report.repaired, self.report.unrepaired);
-        self.repair_with(rel, &states, &cmp, |s, g, b| {
-            s.fix(dirs, rel, cname, g, b, &states, &leaders)
-        })?;
-        // Not a difference of its own: a consequence of the repairs below.
+        repair(self)?;
         let fixed = self.report.repaired - rep;
         self.report.repaired = rep;
         self.report.unrepaired = unrep;
