@@ -88,11 +88,19 @@ fn leg_commands_take_relative_and_unusual_paths() {
     assert_legs_identical(&legs);
     assert_content_on_legs(&legs, "g", b"while away");
 
-    // The same path as a NUL-separated command written directly, and the plain text form.
+    // The same path as a NUL-separated command written directly; then `leg add` by that
+    // path, relative, from the caller's directory.
     let mut value = b"fail\0".to_vec();
     value.extend_from_slice(new_leg.as_os_str().as_encoded_bytes());
     set_xattr(&mnt, "user.mirrorfs.leg", &value, 0).unwrap();
     assert_eq!(stats(&mnt).legs[1].state, LegState::Failed);
+    mirrorfs_in(
+        &elsewhere,
+        &[OsStr::new("leg"), OsStr::new("add"), mnt.as_os_str(), &odd],
+    );
+    wait_resynced(&mnt);
+    // And the plain text form setfattr users type.
+    set_xattr(&mnt, "user.mirrorfs.leg", b"fail leg1", 0).unwrap();
     set_xattr(&mnt, "user.mirrorfs.leg", b"add leg1", 0).unwrap();
     wait_resynced(&mnt);
     drop(m);

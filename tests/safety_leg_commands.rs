@@ -287,3 +287,53 @@ fn a_resync_that_fails_halfway_leaves_the_leg_out_and_the_data_whole() {
     m.unmount();
     assert_legs_identical(&legs);
 }
+
+// ---------------------------------------------------------------------------------------------
+// A job that cannot start
+// ---------------------------------------------------------------------------------------------
+
+/// A resync or a scrub whose thread cannot start (the daemon at its pids limit): the command
+/// fails with one line, the job says `failed`, the leg stays out (FAULTED) and nothing was
+/// written; the daemon does not panic, and once the limit allows, `leg add` works.
+#[test]
+fn a_job_that_cannot_start_its_thread_fails_cleanly() {
+    require_fuse!();
+    require_tool!("getfattr");
+    let m = TestMirror::new(2).option("threads=1").mount();
+    let mnt = m.mnt().to_path_buf();
+    fs::write(m.path("f"), b"data").unwrap();
+    let pid = m.daemon_pids()[0];
+    let group =
+        Path::new("/sys/fs/cgroup/pids").join(format!("mirrorfs-jobs-{}", std::process::id()));
+    fs::create_dir(&group).expect("a pids cgroup (cgroup v1 pids controller)");
+    fs::write(group.join("cgroup.procs"), pid.to_string()).unwrap();
+    let current = fs::read_to_string(group.join("pids.current")).unwrap();
+    fs::write(group.join("pids.max"), current.trim()).unwrap();
+
+    mirrorfs_ok(&[&"leg", &"fail", &mnt, &"leg1"]);
+    fs::write(m.path("g"), b"while away").unwrap();
+    let leg1_before = snapshot_tree(m.leg(1));
+    let out = mirrorfs_refused(&[&"leg", &"add", &mnt, &"leg1"]);
+    assert!(out.contains("leg add"), "{out}");
+    let st = stats(&mnt);
+    let resync = st.resync.as_ref().expect("the job is shown");
+    assert!(
+        matches!(&resync.state, JobState::Failed(why) if why.contains("cannot start its thread")),
+        "{st:?}"
+    );
+    assert_eq!(st.legs[1].state, LegState::Failed, "{st:?}");
+    assert_eq!(st.state, MountState::Degraded);
+    assert_snapshot_eq(&leg1_before, &snapshot_tree(m.leg(1)), "leg1 untouched");
+    let out = mirrorfs_refused(&[&"scrub", &"start", &mnt]);
+    assert!(out.contains("scrub start"), "{out}");
+
+    // Room again: the same command works.
+    fs::write(group.join("pids.max"), "max").unwrap();
+    mirrorfs_ok(&[&"leg", &"add", &mnt, &"leg1"]);
+    let st = wait_resynced(&mnt);
+    assert_eq!(st.legs_online, 2);
+    // Back to the root cgroup, so that the group can go.
+    fs::write("/sys/fs/cgroup/pids/cgroup.procs", pid.to_string()).unwrap();
+    let _ = fs::remove_dir(&group);
+    m.finish();
+}
