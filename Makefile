@@ -1,8 +1,12 @@
 # mirrorfs: build, test, try out, install.
 #
 #   make build          release build ($(TARGET_DIR)/release/mirrorfs)
-#   make test           cargo test --workspace --all-features, then the external checks (tests/external/run-all.sh,
-#                       needs root) against the debug binary; PROFILE=release tests the release one
+#   make test           installs what the tests need (scripts/install-test-deps.sh: Debian packages,
+#                       pjdfstest and fsx; root; MIRRORFS_NO_INSTALL=1 skips that), then cargo test
+#                       --workspace --all-features, then the external checks (tests/external/run-all.sh)
+#                       against the debug binary; PROFILE=release tests the release one. A test that
+#                       lacks root, /dev/fuse or a tool fails, unless MIRRORFS_TEST_ALLOW_SKIP=1; the
+#                       last line says how many were skipped
 #   make test-unit      only cargo test;  make test-external: only the external checks
 #   make demo           build, mount a fresh 2-leg mirror in a temp folder (DEMO_DIR=... to choose),
 #                       print where the legs and the mount are and how to unmount
@@ -36,7 +40,7 @@ export CARGO_TERM_COLOR := never
 CARGO_TEST_FLAGS ?= --no-fail-fast
 endif
 
-.PHONY: all build build-debug test test-unit test-external demo install lint clean sim bench bench-smoke bench-resync bench-intent bench-first-mount doc-tables
+.PHONY: all build build-debug test deps test-unit test-external demo install lint clean sim bench bench-smoke bench-resync bench-intent bench-first-mount doc-tables
 
 all: build
 
@@ -46,10 +50,18 @@ build:
 build-debug:
 	$(CARGO) build
 
-test: test-unit test-external
+SKIP_LOG := $(TARGET_DIR)/skipped-tests.txt
+
+test: deps test-unit test-external
+	@echo "make test: every test ran and passed; skipped: $$(cat $(SKIP_LOG) 2>/dev/null | wc -l)$$( [ -s $(SKIP_LOG) ] && echo " (listed in $(SKIP_LOG))")"
+
+deps:
+	scripts/install-test-deps.sh
 
 test-unit:
-	$(CARGO) test --workspace --all-features $(CARGO_TEST_FLAGS)
+	@mkdir -p $(TARGET_DIR); rm -f $(SKIP_LOG)
+	MIRRORFS_SKIP_LOG=$(SKIP_LOG) $(CARGO) test --workspace --all-features $(CARGO_TEST_FLAGS)
+	@echo "test-unit: skipped: $$(cat $(SKIP_LOG) 2>/dev/null | wc -l)"
 
 test-external: $(if $(filter release,$(PROFILE)),build,build-debug)
 	MIRRORFS=$(TEST_BIN) EXT_OUT=$(TARGET_DIR)/external tests/external/run-all.sh

@@ -2,7 +2,8 @@
 //!
 //! * [`TestMirror`] builds a private temp dir with `leg0..legN-1` and `mnt`, mounts mirrorfs in
 //!   background mode and returns a [`Mounted`] guard that unmounts on drop (even on panic).
-//! * [`require_fuse!`] skips a test (or panics when `CI=true`) without root and `/dev/fuse`.
+//! * [`require_fuse!`] and [`require_tool!`] fail a test that lacks root, `/dev/fuse` or a
+//!   tool, with the way to get it (`MIRRORFS_TEST_ALLOW_SKIP=1` skips it instead, counted).
 //! * [`assert_legs_identical`] and [`assert_no_mirrorfs_leak`] are the invariants every
 //!   operation test finishes with.
 //! * Small libc helpers (errno, lstat, xattrs, running a command as another user).
@@ -61,25 +62,39 @@ pub fn test_name() -> String {
         .to_string()
 }
 
-/// True when the tests can mount: running as root and `/dev/fuse` exists.
-/// Otherwise: panics when `CI=true`, else prints a SKIPPED line and returns false.
+/// A test that cannot run here: it fails with the reason and the way to get what it needs,
+/// unless the run asks to skip (`MIRRORFS_TEST_ALLOW_SKIP=1`); then it says SKIPPED, and adds
+/// a line to `$MIRRORFS_SKIP_LOG` when set (`make test` counts them in its last line). A test
+/// never passes by skipping unless asked.
+pub fn cannot_run(why: &str) {
+    let allowed = std::env::var("MIRRORFS_TEST_ALLOW_SKIP").is_ok_and(|v| v == "1");
+    let line = format!("{}: {why}", test_name());
+    if !allowed {
+        panic!(
+            "{line}. Run the tests as root with what scripts/install-test-deps.sh installs (make \
+             test does), or set MIRRORFS_TEST_ALLOW_SKIP=1 to skip such tests"
+        );
+    }
+    eprintln!("SKIPPED: {line}");
+    if let Some(log) = std::env::var_os("MIRRORFS_SKIP_LOG") {
+        use std::io::Write;
+        if let Ok(mut f) = fs::OpenOptions::new().create(true).append(true).open(log) {
+            let _ = writeln!(f, "{line}");
+        }
+    }
+}
+
+/// True when the tests can mount: running as root and `/dev/fuse` exists. Otherwise see
+/// [`cannot_run`].
 pub fn fuse_available() -> bool {
     let root = unsafe { libc::geteuid() } == 0;
     let dev_fuse = Path::new("/dev/fuse").exists();
     if root && dev_fuse {
         return true;
     }
-    let why = format!("root={root}, /dev/fuse exists={dev_fuse}");
-    if std::env::var("CI").map(|v| v == "true").unwrap_or(false) {
-        panic!(
-            "CI=true but this test needs root and /dev/fuse ({why}): {}",
-            test_name()
-        );
-    }
-    eprintln!(
-        "SKIPPED (needs root and /dev/fuse): {} ({why})",
-        test_name()
-    );
+    cannot_run(&format!(
+        "needs root and /dev/fuse (root={root}, /dev/fuse exists={dev_fuse})"
+    ));
     false
 }
 
@@ -93,19 +108,15 @@ macro_rules! require_fuse {
     };
 }
 
-/// True when `tool` is on PATH. Otherwise: panics when `CI=true`, else prints a SKIPPED line.
+/// True when `tool` is on PATH. Otherwise see [`cannot_run`].
 pub fn tool_available(tool: &str) -> bool {
     let found = std::env::var_os("PATH")
         .map(|paths| std::env::split_paths(&paths).any(|d| d.join(tool).is_file()))
         .unwrap_or(false);
-    if found {
-        return true;
+    if !found {
+        cannot_run(&format!("needs `{tool}`, which is not installed"));
     }
-    if std::env::var("CI").map(|v| v == "true").unwrap_or(false) {
-        panic!("CI=true but `{tool}` is not installed: {}", test_name());
-    }
-    eprintln!("SKIPPED (needs {tool}): {}", test_name());
-    false
+    found
 }
 
 /// Return early from the test when a tool is missing (see [`tool_available`]).
