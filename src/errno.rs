@@ -75,3 +75,41 @@ impl fmt::Display for Errno {
         fmt::Debug::fmt(self, f)
     }
 }
+
+/// A command refused: the errno its caller gets, and why, in words. The control keys keep the
+/// reason for the caller to read back (`user.mirrorfs.last_error`), since a setxattr carries
+/// only the errno.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub errno: Errno,
+    pub why: String,
+}
+
+impl Refusal {
+    pub fn new(errno: Errno, why: impl Into<String>) -> Refusal {
+        Refusal {
+            errno,
+            why: why.into(),
+        }
+    }
+}
+
+impl From<Errno> for Refusal {
+    fn from(errno: Errno) -> Refusal {
+        Refusal {
+            errno,
+            why: io::Error::from_raw_os_error(errno.0).to_string(),
+        }
+    }
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.why)
+    }
+}
+
+/// `Err(Refusal::new(errno, why))`.
+pub fn refuse<T>(errno: Errno, why: impl Into<String>) -> std::result::Result<T, Refusal> {
+    Err(Refusal::new(errno, why))
+}

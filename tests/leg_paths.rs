@@ -170,3 +170,91 @@ fn the_daemon_lets_go_of_its_starting_directory() {
         "the directory mirrorfs was started from stays busy: {umount_err}"
     );
 }
+
+/// A refused command says which condition failed (the daemon keeps the reason for the
+/// caller, `user.mirrorfs.last_error`), in one line.
+#[test]
+fn refusals_say_why() {
+    require_fuse!();
+    let m = TestMirror::new(2).mount();
+    let mnt = m.mnt().to_path_buf();
+    let full = m.root().join("full");
+    fs::create_dir(&full).unwrap();
+    fs::write(full.join("x"), b"x").unwrap();
+    let refused = |args: &[&OsStr], why: &str| {
+        let out = run_timeout(
+            Command::new(mirrorfs_bin()).args(args),
+            Duration::from_secs(30),
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(why), "{args:?}: want {why:?}, got {err}");
+    };
+    let (leg, add, fail, remove, replace) = (
+        OsStr::new("leg"),
+        OsStr::new("add"),
+        OsStr::new("fail"),
+        OsStr::new("remove"),
+        OsStr::new("replace"),
+    );
+    let m_ = mnt.as_os_str();
+    refused(
+        &[leg, add, m_, OsStr::new("leg0")],
+        "'leg0' is in sync already",
+    );
+    // Not a leg's name: sent as a directory, resolved here (the message shows the path).
+    refused(
+        &[leg, fail, m_, OsStr::new("nope")],
+        "nope' (the legs: leg0, leg1",
+    );
+    refused(
+        &[leg, replace, m_, OsStr::new("leg1"), full.as_os_str()],
+        "is not empty",
+    );
+    refused(
+        &[leg, remove, m_, OsStr::new("leg1")],
+        "only a leg out of the mirror can be removed",
+    );
+    refused(
+        &[
+            OsStr::new("scrub"),
+            OsStr::new("start"),
+            m_,
+            OsStr::new("--repair"),
+        ],
+        "needs three legs in sync or more",
+    );
+    refused(
+        &[
+            OsStr::new("set"),
+            m_,
+            OsStr::new("read_policy"),
+            OsStr::new("nope"),
+        ],
+        "invalid value for 'read_policy': 'nope' (valid: auto",
+    );
+    refused(
+        &[
+            OsStr::new("set"),
+            m_,
+            OsStr::new("threads"),
+            OsStr::new("2"),
+        ],
+        "'threads' cannot be changed while mounted",
+    );
+    let out = run_timeout(
+        Command::new(mirrorfs_bin()).args([leg, fail, m_, OsStr::new("leg0")]),
+        Duration::from_secs(30),
+    );
+    assert!(out.status.success());
+    refused(
+        &[leg, fail, m_, OsStr::new("leg1")],
+        "'leg1' is the last leg in sync",
+    );
+    // Nothing changed but the leg failed on purpose.
+    let st = stats(&mnt);
+    assert_eq!(st.legs[0].state, LegState::Failed);
+    assert_eq!(st.legs[1].state, LegState::InSync);
+    assert!(dir_names(&full) == vec!["x".to_string()]);
+}

@@ -120,20 +120,29 @@ fn command(mount: &Path, key: &str, value: &[u8], what: &str) -> i32 {
     match sys::xattr::set_path(&file, &name, value) {
         Ok(()) => 0,
         Err(e) => {
-            let why = match e.code() {
-                libc::EBUSY => "busy (one is already running, or the leg is in use)".to_string(),
-                libc::EEXIST => "the leg is already in sync".to_string(),
-                libc::EINVAL => "not possible as asked (unknown leg, a leg holding other data, \
-                     or a repair that cannot work here)"
-                    .to_string(),
+            let why = refusal_reason(&file, e).unwrap_or_else(|| match e.code() {
                 libc::ENOTSUP => "not supported yet".to_string(),
                 libc::EPERM | libc::EACCES => NOT_ALLOWED.to_string(),
                 _ => e.to_string(),
-            };
+            });
             eprintln!("mirrorfs: {}: {what}: {why}", mount.display());
             1
         }
     }
+}
+
+/// Why the daemon refused this process's last write to a key (`user.mirrorfs.last_error`),
+/// when the errno `e` came from the daemon and not from the kernel before it.
+fn refusal_reason(control: &Path, e: Errno) -> Option<String> {
+    if matches!(
+        e.code(),
+        libc::EACCES | libc::E2BIG | libc::ENOTSUP | libc::ENOENT
+    ) {
+        return None;
+    }
+    let name = key_name("last_error").ok()?;
+    let why = sys::xattr::get_path(control, &name).ok()?;
+    Some(String::from_utf8_lossy(&why).into_owned())
 }
 
 /// How the daemon is to find a leg the user named on the command line: a leg's name (or
@@ -281,7 +290,10 @@ pub fn run(cmd: &str, args: &[String]) -> i32 {
             match sys::xattr::set_path(&file, &name, value.as_bytes()) {
                 Ok(()) => 0,
                 Err(e) => {
-                    eprintln!("mirrorfs: {}", explain(m, key, e));
+                    match refusal_reason(&file, e) {
+                        Some(why) => eprintln!("mirrorfs: {}: {why}", m.display()),
+                        None => eprintln!("mirrorfs: {}", explain(m, key, e)),
+                    }
                     if e.code() == libc::ENOTSUP {
                         EXIT_USAGE
                     } else {

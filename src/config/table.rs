@@ -44,6 +44,8 @@ pub enum Access {
     Read,
     ReadWrite,
     WriteOnly,
+    /// Readable, by each process for itself (not listed).
+    ReadOwn,
 }
 
 /// Where a control key is answered.
@@ -444,6 +446,12 @@ pub static KEYS: &[KeySpec] = &[
         doc: "leg management (what `mirrorfs leg` does): `fail LEG`, `add LEG [full]`, `remove LEG`, `replace LEG NEWDIR`; fields separated by spaces, or by NUL bytes for paths that hold spaces (Leg commands, below)",
     },
     KeySpec {
+        name: "last_error",
+        access: Access::ReadOwn,
+        scope: Scope::Mount,
+        doc: "why this process's last change through a key was refused (a write gives only an errno); `mirrorfs set`, `leg` and `scrub` print it",
+    },
+    KeySpec {
         name: "stats_reset",
         access: Access::WriteOnly,
         scope: Scope::Mount,
@@ -537,6 +545,7 @@ pub fn markdown_keys() -> String {
         Access::Read => "read",
         Access::ReadWrite => "**read, write**",
         Access::WriteOnly => "**write only**",
+        Access::ReadOwn => "read (the caller's own)",
     };
     for k in KEYS.iter().filter(|k| k.scope == Scope::Mount) {
         out.push_str(&format!(

@@ -26,10 +26,11 @@
 use super::inode::{CONTROL_INO, ROOT_INO};
 use super::{Caller, InodeRef, MirrorFs};
 use crate::config::table::{self, Access, KeySpec, OptionSpec, Scope};
-use crate::errno::{Errno, Result};
+use crate::errno::{refuse, Errno, Refusal, Result};
 use crate::leg::LegIdx;
 use crate::mirror::fault::FaultRule;
 use crate::policy::ReadRequest;
+use crate::recovery::Outcome;
 use crate::stats::{LatencyStats, LegStats, MountState, Stats, STATS_VERSION};
 use fuser::{FileAttr, FileType, INodeNo};
 use std::os::fd::AsFd;
@@ -47,6 +48,32 @@ pub const CONTROL_FH: u64 = 0;
 /// daemon does not run as root (`daemon_uid`).
 pub fn may_control(caller_uid: u32, daemon_uid: u32, cap_sys_admin: impl FnOnce() -> bool) -> bool {
     caller_uid == 0 || (daemon_uid != 0 && caller_uid == daemon_uid) || cap_sys_admin()
+}
+
+/// Why the last refused control writes were refused, by requesting process, so that a
+/// command that got only an errno can read the reason back (`user.mirrorfs.last_error`).
+/// The most recent [`LastErrors::KEPT`] processes are remembered.
+#[derive(Default)]
+pub(super) struct LastErrors(parking_lot::Mutex<std::collections::VecDeque<(u32, String)>>);
+
+impl LastErrors {
+    const KEPT: usize = 64;
+
+    fn remember(&self, pid: u32, why: String) {
+        let mut q = self.0.lock();
+        q.retain(|(p, _)| *p != pid);
+        q.push_back((pid, why));
+        while q.len() > Self::KEPT {
+            q.pop_front();
+        }
+    }
+
+    fn recall(&self, pid: u32) -> Option<String> {
+        let q = self.0.lock();
+        q.iter()
+            .find(|(p, _)| *p == pid)
+            .map(|(_, why)| why.clone())
+    }
 }
 
 /// How a `user.mirrorfs.*` name relates to an inode (see [`crate::config::table`]).
@@ -112,6 +139,11 @@ impl MirrorFs {
         match self.classify(ino, key) {
             Key::Option(o) => Ok(self.option_value(o).into()),
             Key::Mount(k) if k.access == Access::WriteOnly => Err(Errno::ENODATA),
+            Key::Mount(k) if k.access == Access::ReadOwn => self
+                .last_errors
+                .recall(caller.pid)
+                .map(String::into_bytes)
+                .ok_or(Errno::ENODATA),
             Key::Mount(k) => self.mount_key(k.name),
             Key::File(k) => {
                 let inode = self.inodes.get(ino)?;
@@ -145,19 +177,32 @@ impl MirrorFs {
         value: &[u8],
         caller: &Caller,
     ) -> Result<()> {
-        if !self.caller_may_control(caller) {
+        let r = if self.caller_may_control(caller) {
+            self.control_write(ino, key, value)
+        } else {
+            Err(Refusal::new(
+                Errno::EPERM,
+                "only root (or the user who mounted the mirror) may change it",
+            ))
+        };
+        r.map_err(|refusal| {
             log::info!(
-                "user.mirrorfs.{key}: refused to uid {} (pid {}): only root or the mounting user \
-                 may change the mirror",
+                "user.mirrorfs.{key}: refused to uid {} (pid {}): {refusal}",
                 caller.uid,
                 caller.pid
             );
-            return Err(Errno::EPERM);
-        }
+            let errno = refusal.errno;
+            self.last_errors.remember(caller.pid, refusal.why);
+            errno
+        })
+    }
+
+    /// A write of `user.mirrorfs.<key>` on `ino` by someone who may control the mirror.
+    fn control_write(&self, ino: u64, key: &str, value: &[u8]) -> Outcome<()> {
         let text = || {
             std::str::from_utf8(value)
                 .map(str::trim)
-                .map_err(|_| Errno::EINVAL)
+                .map_err(|_| Refusal::new(Errno::EINVAL, "the value is not text"))
         };
         match self.classify(ino, key) {
             Key::Option(o) if o.live => self.set_live(o, text()?),
@@ -177,32 +222,50 @@ impl MirrorFs {
                 let names: Vec<String> =
                     self.mirror.legs().iter().map(|l| l.name.clone()).collect();
                 let file = (ino != CONTROL_INO && ino != ROOT_INO).then_some(ino);
-                let rule = FaultRule::parse(v, &names, file).ok_or(Errno::EINVAL)?;
+                let rule = FaultRule::parse(v, &names, file).ok_or_else(|| {
+                    Refusal::new(Errno::EINVAL, "not a fault rule (docs/control.md)")
+                })?;
                 log::warn!("fault injection: {rule:?}");
                 self.mirror.inject_fault(rule);
                 Ok(())
             }
-            Key::Option(_) | Key::Mount(_) | Key::File(_) => Err(Errno::EROFS),
+            Key::Option(_) | Key::Mount(_) | Key::File(_) => refuse(
+                Errno::EROFS,
+                format!("'{key}' cannot be changed while mounted"),
+            ),
             // On ordinary files the whole namespace is reserved: nothing is ever stored.
-            Key::Unknown if ino == CONTROL_INO || ino == ROOT_INO => Err(Errno::ENODATA),
-            Key::Unknown => Err(Errno::EPERM),
+            Key::Unknown if ino == CONTROL_INO || ino == ROOT_INO => {
+                refuse(Errno::ENODATA, format!("no key '{key}'"))
+            }
+            Key::Unknown => refuse(
+                Errno::EPERM,
+                "user.mirrorfs.* names are mirrorfs's own: nothing is stored under them",
+            ),
         }
     }
 
     /// Changes a live option while mounted: the value is parsed exactly as `-o` parses it,
     /// and nothing changes unless it is good (EINVAL).
-    fn set_live(&self, o: &OptionSpec, v: &str) -> Result<()> {
+    fn set_live(&self, o: &OptionSpec, v: &str) -> Outcome<()> {
         let mut parsed = self.config.options.clone();
         if let Err(why) = (o.apply)(&mut parsed, table::Given::Value(v)) {
-            log::info!(
-                "user.mirrorfs.{}: '{}' refused ({why})",
-                o.name,
-                v.escape_debug()
+            return refuse(
+                Errno::EINVAL,
+                format!(
+                    "invalid value for '{}': '{}' ({why})",
+                    o.name,
+                    v.escape_debug()
+                ),
             );
-            return Err(Errno::EINVAL);
         }
         match o.name {
-            "read_policy" => self.mirror.set_policy(&parsed.read_policy),
+            "read_policy" => self.mirror.set_policy(&parsed.read_policy).map_err(|e| {
+                let legs: Vec<&str> = self.mirror.legs().iter().map(|l| l.name.as_str()).collect();
+                Refusal::new(
+                    e,
+                    format!("no such leg in '{v}' (the legs: {})", legs.join(", ")),
+                )
+            }),
             "minfreespace" => {
                 let bytes = parsed.minfreespace.ok_or(Errno::EINVAL)?;
                 for leg in self.mirror.legs() {
@@ -215,7 +278,7 @@ impl MirrorFs {
                 self.recovery.set_speed_max(parsed.resync_speed_max);
                 Ok(())
             }
-            _ => Err(Errno::EROFS),
+            _ => Err(Errno::EROFS.into()),
         }
     }
 
@@ -263,7 +326,9 @@ impl MirrorFs {
         let mut out = Vec::new();
         let keys = table::KEYS
             .iter()
-            .filter(|k| k.scope == Scope::Mount && k.access != Access::WriteOnly)
+            .filter(|k| {
+                k.scope == Scope::Mount && matches!(k.access, Access::Read | Access::ReadWrite)
+            })
             .filter(|k| k.name != "fault" || self.config.options.fault_injection)
             .map(|k| k.name)
             .chain(table::OPTIONS.iter().map(|o| o.name));

@@ -123,6 +123,8 @@ pub struct MirrorFs {
     /// Resync, crash recovery, scrub, leg commands, the sweep (they reach the inodes and
     /// open files through [`live::Live`]).
     recovery: Arc<Recovery>,
+    /// Why control writes were refused, for the callers to read back.
+    last_errors: control::LastErrors,
 }
 
 impl MirrorFs {
@@ -186,6 +188,7 @@ impl MirrorFs {
             config,
             started: std::time::Instant::now(),
             recovery,
+            last_errors: control::LastErrors::default(),
         })
     }
 

@@ -16,7 +16,10 @@ pub use command::{LegCommand, RepairFrom, ScrubCommand};
 pub use resync::ResyncJob;
 pub use scrub::{Repair as ScrubRepair, ScrubJob};
 
-use crate::errno::{Errno, Result};
+use crate::errno::{refuse, Errno, Refusal, Result};
+
+/// A command's result: done, or refused with the reason.
+pub type Outcome<T> = std::result::Result<T, Refusal>;
 use crate::leg::{LegIdx, LegState};
 use crate::mirror::outcome::DropReason;
 use crate::mirror::Mirror;
@@ -146,22 +149,55 @@ impl Recovery {
         }
     }
 
-    /// The leg a command names; EINVAL for none.
-    fn leg_named(&self, what: &std::ffi::OsStr) -> Result<LegIdx> {
-        self.mirror.find_leg(what).ok_or(Errno::EINVAL)
+    /// The leg a command names; EINVAL, naming the legs there are, for none.
+    fn leg_named(&self, what: &std::ffi::OsStr) -> Outcome<LegIdx> {
+        self.mirror.find_leg(what).ok_or_else(|| {
+            let names: Vec<&str> = self.mirror.legs().iter().map(|l| l.name.as_str()).collect();
+            Refusal::new(
+                Errno::EINVAL,
+                format!(
+                    "no leg '{}' (the legs: {}, or a leg's directory)",
+                    what.to_string_lossy(),
+                    names.join(", ")
+                ),
+            )
+        })
     }
 
-    /// `user.mirrorfs.leg` (see [`LegCommand`]). Nothing changes unless it can be done:
-    /// EINVAL for a command or leg that does not parse, EBUSY for the last in-sync leg or
-    /// while a resync of it runs, EEXIST to add a leg in sync, ENOTEMPTY for a new directory
-    /// that holds something.
-    pub fn leg_command(self: &Arc<Self>, value: &[u8]) -> Result<()> {
-        match LegCommand::parse(value).ok_or(Errno::EINVAL)? {
+    /// The name of leg `l`, for messages.
+    fn name(&self, l: LegIdx) -> &str {
+        &self.mirror.leg(l).name
+    }
+
+    /// `l` may leave the mirror: it is not the last in-sync leg (EBUSY).
+    fn not_the_last(&self, l: LegIdx) -> Outcome<()> {
+        if self.mirror.in_sync_legs() == [l] {
+            return refuse(
+                Errno::EBUSY,
+                format!(
+                    "'{}' is the last leg in sync: the mirror would have none",
+                    self.name(l)
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    /// `user.mirrorfs.leg` (see [`LegCommand`]). Nothing changes unless it can be done; a
+    /// refusal says why: EINVAL for a command or leg that does not parse, EBUSY for the last
+    /// in-sync leg or while a resync of it runs, EEXIST to add a leg in sync, ENOTEMPTY for a
+    /// new directory that holds something.
+    pub fn leg_command(self: &Arc<Self>, value: &[u8]) -> Outcome<()> {
+        let Some(command) = LegCommand::parse(value) else {
+            return refuse(
+                Errno::EINVAL,
+                "not a leg command: fail LEG, add LEG [full], remove LEG, or replace LEG NEWDIR",
+            );
+        };
+        match command {
             LegCommand::Fail(leg) => {
                 let l = self.leg_named(&leg)?;
-                if self.mirror.in_sync_legs() == [l] {
-                    return Err(Errno::EBUSY);
-                }
+                self.not_the_last(l)?;
                 if self.resync_job().is_some_and(|j| j.target == l) {
                     self.cancel_resync();
                 }
@@ -170,7 +206,21 @@ impl Recovery {
                 Ok(())
             }
             LegCommand::Add { leg, full } => self.start_resync(self.leg_named(&leg)?, full),
-            LegCommand::Remove(leg) => self.mirror.remove_member(self.leg_named(&leg)?),
+            LegCommand::Remove(leg) => {
+                let l = self.leg_named(&leg)?;
+                self.mirror.remove_member(l).map_err(|e| match e {
+                    Errno::EBUSY => Refusal::new(
+                        e,
+                        format!(
+                            "'{}' is {}: only a leg out of the mirror can be removed (leg fail \
+                             it first)",
+                            self.name(l),
+                            self.mirror.leg(l).state()
+                        ),
+                    ),
+                    e => e.into(),
+                })
+            }
             LegCommand::Replace { leg, new } => {
                 let l = self.leg_named(&leg)?;
                 let new = self.check_new_leg(&new)?;
@@ -178,12 +228,13 @@ impl Recovery {
                     .resync_job()
                     .is_some_and(|j| j.target == l && j.is_running())
                 {
-                    return Err(Errno::EBUSY);
+                    return refuse(
+                        Errno::EBUSY,
+                        format!("'{}' is being resynced (leg fail stops that)", self.name(l)),
+                    );
                 }
                 if self.mirror.leg(l).is_in_sync() {
-                    if self.mirror.in_sync_legs() == [l] {
-                        return Err(Errno::EBUSY);
-                    }
+                    self.not_the_last(l)?;
                     self.mirror
                         .mark_failed(l, "mirrorfs leg replace", DropReason::Requested);
                 }
@@ -194,8 +245,14 @@ impl Recovery {
     }
 
     /// `user.mirrorfs.scrub` (see [`ScrubCommand`]).
-    pub fn scrub_command(self: &Arc<Self>, value: &[u8]) -> Result<()> {
-        match ScrubCommand::parse(value).ok_or(Errno::EINVAL)? {
+    pub fn scrub_command(self: &Arc<Self>, value: &[u8]) -> Outcome<()> {
+        let Some(command) = ScrubCommand::parse(value) else {
+            return refuse(
+                Errno::EINVAL,
+                "not a scrub command: start, start repair, start repair=LEG, or cancel",
+            );
+        };
+        match command {
             ScrubCommand::Start(RepairFrom::Leg(leg)) => {
                 self.start_scrub(scrub::Repair::From(self.leg_named(&leg)?))
             }
@@ -210,26 +267,38 @@ impl Recovery {
 
     /// A directory that may become a leg: it exists, is empty (but for a `lost+found`), and is
     /// neither a leg, inside one, around one, nor in the mount. Returns it canonical.
-    fn check_new_leg(&self, path: &Path) -> Result<PathBuf> {
-        let p = std::fs::canonicalize(path).map_err(|_| Errno::ENOENT)?;
+    fn check_new_leg(&self, path: &Path) -> Outcome<PathBuf> {
+        let shown = path.display();
+        let Ok(p) = std::fs::canonicalize(path) else {
+            return refuse(Errno::ENOENT, format!("'{shown}' does not exist"));
+        };
         if !p.is_dir() {
-            return Err(Errno::ENOTDIR);
+            return refuse(Errno::ENOTDIR, format!("'{shown}' is not a directory"));
         }
         if p.starts_with(&self.mount) || self.mount.starts_with(&p) {
-            return Err(Errno::EINVAL);
+            return refuse(
+                Errno::EINVAL,
+                format!("'{shown}' is in the mount point, or holds it"),
+            );
         }
         for l in self.mirror.legs() {
             let lp = l.path();
             if p.starts_with(&lp) || lp.starts_with(&p) {
-                return Err(Errno::EINVAL);
+                return refuse(
+                    Errno::EINVAL,
+                    format!("'{shown}' is leg '{}', inside it, or holds it", l.name),
+                );
             }
         }
         let busy = std::fs::read_dir(&p)
-            .map_err(Errno::from)?
+            .map_err(|e| Refusal::new(Errno::from(e), format!("'{shown}' cannot be read")))?
             .flatten()
             .any(|e| e.file_name() != "lost+found");
         if busy {
-            return Err(Errno::ENOTEMPTY);
+            return refuse(
+                Errno::ENOTEMPTY,
+                format!("'{shown}' is not empty: a new leg starts empty"),
+            );
         }
         Ok(p)
     }
@@ -268,7 +337,7 @@ fn spawn_job(
     progress: Arc<Progress>,
     on_failure: impl Fn() + Send + Sync + 'static,
     job: impl FnOnce() + Send + 'static,
-) -> Result<()> {
+) -> Outcome<()> {
     let on_failure = Arc::new(on_failure);
     let (state2, progress2, on_failure2) = (state.clone(), progress.clone(), on_failure.clone());
     let name2 = name.to_string();
@@ -287,7 +356,10 @@ fn spawn_job(
         progress.set_phase(crate::tree::Phase::Failed);
         *state.lock() = JobState::Failed(format!("cannot start its thread: {e}"));
         on_failure();
-        return Err(Errno::EAGAIN);
+        return refuse(
+            Errno::EAGAIN,
+            format!("{name}: cannot start its thread: {e}"),
+        );
     }
     Ok(())
 }

@@ -21,8 +21,8 @@
 //! which converges (the engine is idempotent, see [`crate::tree`]). A resync that fails or is
 //! cancelled leaves the leg out (FAULTED) in the same way.
 
-use super::{scan_stats, spawn_job, Recovery};
-use crate::errno::{Errno, Result};
+use super::{scan_stats, spawn_job, Outcome, Recovery};
+use crate::errno::{refuse, Errno, Refusal, Result};
 use crate::leg::{LegIdx, LegState};
 use crate::meta::changes::ChangeLog;
 use crate::stats::{JobState, ScanStats};
@@ -138,27 +138,59 @@ impl Recovery {
     /// Starts resyncing `target` in the background (incremental when its away log is there
     /// and `full` is false). EBUSY while another resync runs; EEXIST if it is in sync; EINVAL
     /// for a removed leg, or a directory that holds another member's or anyone's data.
-    pub fn start_resync(self: &Arc<Self>, target: LegIdx, full: bool) -> Result<()> {
+    pub fn start_resync(self: &Arc<Self>, target: LegIdx, full: bool) -> Outcome<()> {
         let mut slot = self.resync.lock();
-        if slot.as_ref().is_some_and(|j| j.is_running()) {
-            return Err(Errno::EBUSY);
-        }
         let leg = self.mirror.leg(target);
+        if let Some(j) = slot.as_ref().filter(|j| j.is_running()) {
+            let other = &self.mirror.leg(j.target).name;
+            return refuse(
+                Errno::EBUSY,
+                format!("a resync of '{other}' is running: one at a time (see mirrorfs status)"),
+            );
+        }
+        let name = &leg.name;
         match leg.state() {
-            LegState::InSync => return Err(Errno::EEXIST),
-            LegState::Resyncing => return Err(Errno::EBUSY),
-            LegState::Removed => return Err(Errno::EINVAL),
+            LegState::InSync => {
+                return refuse(Errno::EEXIST, format!("'{name}' is in sync already"))
+            }
+            LegState::Resyncing => {
+                return refuse(Errno::EBUSY, format!("'{name}' is being resynced"))
+            }
+            LegState::Removed => {
+                return refuse(
+                    Errno::EINVAL,
+                    format!("'{name}' was removed from the mirror"),
+                )
+            }
             LegState::Stale | LegState::Failed | LegState::Missing => {}
         }
-        let id = self.mirror.leg_id(target).ok_or(Errno::EINVAL)?;
-        let root = leg.open_root()?;
+        let Some(id) = self.mirror.leg_id(target) else {
+            return refuse(
+                Errno::EINVAL,
+                format!("'{name}' is no member of the mirror"),
+            );
+        };
+        let path = leg.path();
+        let cannot_open =
+            |e: Errno| Refusal::new(e, format!("'{}' cannot be opened: {e}", path.display()));
+        let root = leg.open_root().map_err(cannot_open)?;
         // The leg must be this member, or empty: never overwrite someone else's data. An
         // empty one (a new disk in the old one's place) has no history: it is filled in full.
         let mut full = full;
-        match crate::meta::superblock::LegSuperblock::read(&leg.path()) {
+        let empty = || sys::dir::read_dir(root.as_fd()).map(|e| e.is_empty());
+        match crate::meta::superblock::LegSuperblock::read(&path) {
             Ok(Some(sb)) if sb.leg_id == id => {}
-            Ok(None) if sys::dir::read_dir(root.as_fd())?.is_empty() => full = true,
-            _ => return Err(Errno::EINVAL),
+            Ok(None) if empty().map_err(cannot_open)? => full = true,
+            _ => {
+                return refuse(
+                    Errno::EINVAL,
+                    format!(
+                        "'{}' holds data that is not this member's: give it an empty directory \
+                         (mirrorfs leg replace)",
+                        path.display()
+                    ),
+                )
+            }
         }
         let source = self.mirror.metadata_leg();
         let in_sync = self.mirror.in_sync_legs();
@@ -178,7 +210,9 @@ impl Recovery {
             self.mirror
                 .changes()
                 .mark_whole_tree(&id, &in_sync)
-                .map_err(Errno::from)?;
+                .map_err(|e| {
+                    Refusal::new(Errno::from(e), "the legs' away logs cannot be written")
+                })?;
         }
         leg.set_state(LegState::Resyncing);
         self.mirror.changes().start_away(&id);

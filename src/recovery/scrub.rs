@@ -7,8 +7,8 @@
 //! held off (the mirror's barrier, per entry), so that a write in flight is never taken for a
 //! difference; for a large file that holds writers back for as long as its comparison takes.
 
-use super::{scan_stats, spawn_job, Recovery};
-use crate::errno::{Errno, Result};
+use super::{scan_stats, spawn_job, Outcome, Recovery};
+use crate::errno::{refuse, Errno, Result};
 use crate::leg::LegIdx;
 use crate::mirror::Mirror;
 use crate::stats::{JobState, ScanStats};
@@ -106,22 +106,38 @@ impl EntryHook for ScrubHook {
 impl Recovery {
     /// Starts a scrub of the in-sync legs. EBUSY while one runs; EINVAL for a repair that
     /// cannot work (majority with two legs, a source leg not in sync).
-    pub fn start_scrub(self: &Arc<Self>, repair: Repair) -> Result<()> {
+    pub fn start_scrub(self: &Arc<Self>, repair: Repair) -> Outcome<()> {
         let mut slot = self.scrub.lock();
         if slot.as_ref().is_some_and(|j| j.is_running()) {
-            return Err(Errno::EBUSY);
+            return refuse(
+                Errno::EBUSY,
+                "a scrub is running (mirrorfs scrub cancel stops it)",
+            );
         }
         let legs = self.mirror.in_sync_legs();
         if legs.len() < 2 {
-            return Err(Errno::EINVAL);
+            return refuse(Errno::EINVAL, "a scrub compares legs: it needs two in sync");
         }
         let engine_repair = match repair {
             Repair::Nothing => tree::Repair::None,
             Repair::Majority if legs.len() >= 3 => tree::Repair::Majority,
-            Repair::Majority => return Err(Errno::EINVAL),
-            Repair::From(l) => {
-                tree::Repair::FromLeg(legs.iter().position(|&x| x == l).ok_or(Errno::EINVAL)?)
+            Repair::Majority => {
+                return refuse(
+                    Errno::EINVAL,
+                    "a repair by majority needs three legs in sync or more; name the leg to \
+                     repair from (--repair=LEG)",
+                )
             }
+            Repair::From(l) => match legs.iter().position(|&x| x == l) {
+                Some(i) => tree::Repair::FromLeg(i),
+                None => {
+                    let name = &self.mirror.leg(l).name;
+                    return refuse(
+                        Errno::EINVAL,
+                        format!("'{name}' is not in sync: it cannot be the source of a repair"),
+                    );
+                }
+            },
         };
         let job = Arc::new(ScrubJob {
             legs,
