@@ -472,14 +472,7 @@ fn kill_9_during_writes() {
     let doc = wait_scrubbed(&mnt);
     assert_eq!(differing(&doc).len(), 1, "{doc}");
     assert!(differing(&doc)[0].starts_with("/cold0 "), "{doc}");
-    mirrorfs_ok(&[&"scrub", &"start", &mnt, &"--repair=leg0"]);
-    let doc = wait_scrubbed(&mnt);
-    assert_eq!(
-        (doc["differences"].as_u64(), doc["repaired"].as_u64()),
-        (Some(1), Some(1)),
-        "{doc}"
-    );
-    mirrorfs_ok(&[&"scrub", &"status", &mnt]);
+    scrub_repairs_one(&mnt, "--repair=leg0");
     assert_content_on_legs(&legs, "cold0", &pattern(300_000, 100));
     assert_legs_identical(&legs);
     r.unmount();

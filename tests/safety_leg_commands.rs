@@ -55,13 +55,7 @@ fn leg_replace_while_a_file_is_open() {
         let out = mirrorfs_refused(&[&"leg", &"replace", &mnt, &"leg1", bad]);
         assert!(out.contains("leg replace"), "{out}");
     }
-    let st = stats(&mnt);
-    assert_eq!(
-        (st.state, st.legs_online),
-        (MountState::Online, 2),
-        "{st:?}"
-    );
-    assert!(st.resync.is_none(), "{st:?}");
+    assert_online_without_resync(&mnt, 2);
     assert_eq!(dir_names(&busy), ["x"]);
 
     let newdir = m.root().join("new-leg");

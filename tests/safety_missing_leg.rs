@@ -259,11 +259,5 @@ fn a_leg_missing_at_mount() {
     assert!(!log.exists(), "{} is left after the join", log.display());
     // The next mount needs no resync.
     let _r = mount_ok(&legs, &mnt, &[]);
-    let st = stats(&mnt);
-    assert_eq!(
-        (st.state, st.legs_online),
-        (MountState::Online, 2),
-        "{st:?}"
-    );
-    assert!(st.resync.is_none(), "{st:?}");
+    assert_online_without_resync(&mnt, 2);
 }

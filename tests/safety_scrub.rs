@@ -80,14 +80,7 @@ fn scrub_finds_a_flipped_byte_and_repairs_it_by_majority() {
     // Only a report: leg2 still holds the bad byte.
     assert_ne!(fs::read(m.leg(2).join("f")).unwrap(), data);
 
-    mirrorfs_ok(&[&"scrub", &"start", &mnt, &"--repair"]);
-    let doc = wait_scrubbed(&mnt);
-    assert_eq!(
-        (doc["differences"].as_u64(), doc["repaired"].as_u64()),
-        (Some(1), Some(1)),
-        "{doc}"
-    );
-    mirrorfs_ok(&[&"scrub", &"status", &mnt]);
+    scrub_repairs_one(&mnt, "--repair");
     assert_content_on_legs(m.legs(), "f", &data);
     assert_legs_identical(m.legs());
     // A further scrub finds nothing.
@@ -122,14 +115,7 @@ fn scrub_with_two_legs_repairs_from_the_named_leg() {
     }
     assert_ne!(fs::read(m.leg(1).join("f")).unwrap(), data);
 
-    mirrorfs_ok(&[&"scrub", &"start", &mnt, &"--repair=leg0"]);
-    let doc = wait_scrubbed(&mnt);
-    assert_eq!(
-        (doc["differences"].as_u64(), doc["repaired"].as_u64()),
-        (Some(1), Some(1)),
-        "{doc}"
-    );
-    mirrorfs_ok(&[&"scrub", &"status", &mnt]);
+    scrub_repairs_one(&mnt, "--repair=leg0");
     assert_content_on_legs(m.legs(), "f", &data);
     assert_legs_identical(m.legs());
     m.finish();

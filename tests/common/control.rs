@@ -399,3 +399,30 @@ pub fn differing(doc: &Value) -> Vec<String> {
         .map(|d| d.as_str().unwrap_or_default().to_string())
         .collect()
 }
+
+/// `mirrorfs scrub start MOUNT REPAIR` (`--repair`, `--repair=LEG`), which must find exactly
+/// one difference and repair it; `scrub status` then exits 0. Returns the scrub document.
+#[track_caller]
+pub fn scrub_repairs_one(mnt: &Path, repair: &str) -> Value {
+    mirrorfs_ok(&[&"scrub", &"start", &mnt, &repair]);
+    let doc = wait_scrubbed(mnt);
+    assert_eq!(
+        (doc["differences"].as_u64(), doc["repaired"].as_u64()),
+        (Some(1), Some(1)),
+        "{doc}"
+    );
+    mirrorfs_ok(&[&"scrub", &"status", &mnt]);
+    doc
+}
+
+/// The mount is ONLINE with every leg, and no resync was needed.
+#[track_caller]
+pub fn assert_online_without_resync(mnt: &Path, legs: usize) {
+    let st = stats(mnt);
+    assert_eq!(
+        (st.state, st.legs_online),
+        (MountState::Online, legs),
+        "{st:?}"
+    );
+    assert!(st.resync.is_none(), "{st:?}");
+}
