@@ -28,6 +28,7 @@ LAYERS = [
     ["fs"],
     ["recovery", "config"],
     ["mirror", "stats"],
+    ["integrity"],
     ["meta"],
     ["tree", "leg", "policy"],
     ["sys"],

@@ -13,6 +13,7 @@ pub mod config;
 pub mod errno;
 pub mod fs;
 pub mod fuse;
+pub mod integrity;
 pub mod leg;
 pub mod meta;
 pub mod mirror;

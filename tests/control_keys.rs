@@ -121,14 +121,30 @@ fn keys_set_live_or_refuse_with_the_right_errno() {
         libc::EPERM,
         "a mount key on a directory below the root",
     );
+    // The one name mirrorfs stores itself: a regular file's identity for its checksums
+    // (docs/integrity.md), the same on every leg, and never shown through the mount.
+    let mut ids = Vec::new();
     for p in m.leg_paths("dir/f").iter().chain(&m.leg_paths("dir")) {
         let names = list_xattr(p).unwrap();
-        assert!(
-            !names.iter().any(|k| k.starts_with("user.mirrorfs.")),
-            "{} carries {names:?}",
-            p.display()
-        );
+        let ours: Vec<&String> = names
+            .iter()
+            .filter(|k| k.starts_with("user.mirrorfs."))
+            .collect();
+        if p.ends_with("f") {
+            assert_eq!(ours, ["user.mirrorfs.id"], "{}", p.display());
+            ids.push(get_xattr(p, "user.mirrorfs.id").unwrap());
+        } else {
+            assert!(ours.is_empty(), "{} carries {names:?}", p.display());
+        }
     }
+    assert!(ids.iter().all(|v| v.len() == 8 && *v == ids[0]), "{ids:?}");
+    assert!(
+        !list_xattr(m.path("dir/f"))
+            .unwrap()
+            .iter()
+            .any(|k| k.starts_with("user.mirrorfs.")),
+        "the identity shows through the mount"
+    );
     m.finish();
 }
 

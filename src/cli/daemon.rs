@@ -211,6 +211,8 @@ fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), Stri
         );
     }
     if p.plan.crashed {
+        // The checksum stores first: crash recovery resolves the files being written with them.
+        fs.mirror().open_checksums();
         // Before serving: the files being written at the crash are made identical.
         match fs.recovery().recover_after_crash() {
             Ok(n) => log::warn!(
@@ -244,6 +246,8 @@ fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), Stri
         let _ = session.unmount();
         return Err(fail(&mut ready, e));
     }
+    // Once every leg has its `.mirrorfs/`, and before any request is served.
+    fs.mirror().open_checksums();
     if let Err(e) = fs.recovery().start_sweeper() {
         return Err(fail(
             &mut ready,

@@ -37,6 +37,9 @@ pub struct MountConfig {
     /// Keep the write-intent log (default on): after a crash only the files being written
     /// then need checking. Off trades that for one flush less per newly written file.
     pub write_intent: bool,
+    /// Checksums of every file's blocks, verified reads (`None`: on, unless the write-intent
+    /// log is off: without it a crash would leave checksums that disagree with the data).
+    pub checksum: Option<bool>,
     /// At the first mount, the leg whose data the others get (by name or path).
     pub init_from: Option<String>,
     /// Bytes per second a resync or scrub may use (0: unlimited, the default).
@@ -69,6 +72,7 @@ impl Default for MountConfig {
             minfreespace: None,
             degraded: false,
             write_intent: true,
+            checksum: None,
             resync_speed_max: 0,
             init_from: None,
         }
@@ -144,7 +148,19 @@ impl MountConfig {
                 );
             }
         }
+        if self.checksum == Some(true) && !self.write_intent {
+            errs.push(
+                "checksum=on needs write_intent=on (after a crash, the write-intent log says \
+                 which files' checksums may be behind their data)"
+                    .into(),
+            );
+        }
         errs
+    }
+
+    /// Whether checksums are kept and reads verified.
+    pub fn checksums(&self) -> bool {
+        self.checksum.unwrap_or(self.write_intent)
     }
 
     /// How long the kernel caches names: as given, else 1 s, and 0 when the daemon checks
@@ -278,6 +294,7 @@ mod tests {
             ("attr_timeout", &[][..]),
             ("entry_timeout", &[][..]),
             ("write_intent", &[][..]),
+            ("checksum", &[][..]),
             ("minfreespace", &["4294967297", "9999999999999"][..]),
             ("resync_speed_max", &["4294967297", "9999999999999"][..]),
         ] {

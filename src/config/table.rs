@@ -157,6 +157,19 @@ pub static OPTIONS: &[OptionSpec] = &[
         show: |c| if c.write_intent { "on" } else { "off" }.into(),
     },
     OptionSpec {
+        name: "checksum",
+        opposite: None,
+        form: "on|off",
+        default: "on (off with write_intent=off)",
+        live: false,
+        doc: "keep a checksum of every 4 KiB block of every file, verify every read and repair a bad copy from a good one",
+        apply: |c, g| {
+            c.checksum = Some(value::switch(text(g)?)?);
+            Ok(())
+        },
+        show: |c| if c.checksums() { "on" } else { "off" }.into(),
+    },
+    OptionSpec {
         name: "resync_speed_max",
         opposite: None,
         form: "SIZE",

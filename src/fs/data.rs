@@ -37,6 +37,18 @@ impl ReadData {
     }
 }
 
+/// The caller's range `want_offset..+want_size` of `data`, read at `offset` (a checked read
+/// is widened to whole blocks).
+fn cut(data: ReadData, offset: u64, want_offset: u64, want_size: u32) -> ReadData {
+    let have = data.as_slice().len();
+    if offset == want_offset && have <= want_size as usize {
+        return data;
+    }
+    let from = ((want_offset - offset) as usize).min(have);
+    let to = (from + want_size as usize).min(have);
+    ReadData::Plain(data.as_slice()[from..to].to_vec())
+}
+
 /// The kernel's `__FMODE_EXEC` bit in the flags of an open made by execve.
 const FMODE_EXEC: i32 = 0o40;
 
@@ -112,6 +124,9 @@ impl MirrorFs {
                 false => self.checked(caller, || open_maybe_direct(flags, open)),
             }
         })?;
+        if flags & libc::O_TRUNC != 0 {
+            self.truncated_to_zero(&inode);
+        }
         let later = flags & !(libc::O_TRUNC | libc::O_EXCL | libc::O_CREAT);
         Ok(self.insert_handle(inode, admission, opened, later))
     }
@@ -172,6 +187,7 @@ impl MirrorFs {
         }
         let entry = self.claim_found(found);
         let inode = self.inodes.get(entry.attr.ino.0)?;
+        self.cover_empty(&inode, &self.legs_for(&inode));
         // A leg that joins later opens the file again: never with O_TRUNC or O_EXCL.
         let later = flags & !(libc::O_TRUNC | libc::O_EXCL | libc::O_CREAT);
         let fh = self.insert_handle(inode, admission, opened, later);
@@ -187,6 +203,17 @@ impl MirrorFs {
             return Ok(ReadData::Plain(Vec::new()));
         }
         let h = self.handles.file(fh)?;
+        let sums = self.sums(&h.inode);
+        // A checked read covers whole blocks: the caller's range is cut out afterwards.
+        let (want_offset, want_size) = (offset, size);
+        let (offset, size) = match &sums {
+            Some(_) => {
+                let start = crate::integrity::sum::align_down(offset);
+                let end = crate::integrity::sum::align_up(offset + size as u64);
+                (start, (end - start).min(u32::MAX as u64 & !4095) as u32)
+            }
+            None => (offset, size),
+        };
         let now_us = self.mirror.now_us();
         let (stream_id, stream) = h.streams.lock().observe(offset, size, now_us);
         let req = ReadRequest {
@@ -226,17 +253,43 @@ impl MirrorFs {
                 c.read_ops.fetch_add(1, Ordering::Relaxed);
                 c.read_bytes
                     .fetch_add(data.as_slice().len() as u64, Ordering::Relaxed);
+                if let Some(f) = &sums {
+                    let got = data.as_slice();
+                    let v = f.verify(
+                        self.mirror.integrity(),
+                        offset,
+                        got,
+                        got.len() < len as usize,
+                    );
+                    if matches!(v, Ok(crate::integrity::Verdict::Bad(_))) {
+                        return Err(Errno::EBADMSG);
+                    }
+                }
                 Ok(data)
             },
         );
         h.streams.lock().done(stream_id);
-        let outcome = pieces?;
+        let outcome = match (pieces, &sums) {
+            (Err(Errno::EBADMSG), Some(f)) => {
+                let data = self.read_when_all_bad(&h.inode, f, offset, size as usize)?;
+                let data = ReadData::Plain(data);
+                return Ok(cut(data, offset, want_offset, want_size));
+            }
+            (Err(Errno::EBADMSG), None) => return Err(Errno::EIO),
+            (r, _) => r?,
+        };
         for f in &outcome.failed {
-            self.repair_range(&h.inode, f);
+            match (&sums, f.errno) {
+                (Some(s), Errno::EBADMSG) => {
+                    self.repair_checksum(&h.inode, s, f.leg, f.offset, f.len as usize)
+                }
+                _ => self.repair_range(&h.inode, f),
+            }
         }
         let mut pieces = outcome.data;
         if pieces.len() == 1 {
-            return Ok(pieces.pop().expect("one piece"));
+            let data = pieces.pop().expect("one piece");
+            return Ok(cut(data, offset, want_offset, want_size));
         }
         // A split read: the pieces in order, up to the first short one (the end of the file;
         // a later piece could only hold data if the file grew meanwhile).
@@ -247,7 +300,7 @@ impl MirrorFs {
                 break;
             }
         }
-        Ok(ReadData::Plain(out))
+        Ok(cut(ReadData::Plain(out), offset, want_offset, want_size))
     }
 
     /// Read-repair: copies the range that failed on `f.leg` from another in-sync leg (one that
@@ -321,7 +374,16 @@ impl MirrorFs {
             .then(|| AlignedBuf::copy_of(data));
         self.mirror.check_space(&legs, data.len() as u64)?;
         self.will_change(&h.inode);
-        let _data = h.inode.data_lock.read();
+        let sums = self.sums(&h.inode);
+        // A write that keeps part of a block reads that part to compute the block's new
+        // checksum: no other change of the file may run meanwhile.
+        let partial = sums.is_some() && Self::write_is_partial(offset, data.len());
+        let _shared = (!partial).then(|| h.inode.data_lock.read());
+        let _exclusive = partial.then(|| h.inode.data_lock.write());
+        let new_sums = match &sums {
+            Some(f) => Some(self.sums_for_write(&h.inode, f, offset, data)?),
+            None => None,
+        };
         let written = self
             .mirror
             .fan_out_file(&legs, "write", Some(h.inode.ino), |leg| {
@@ -340,6 +402,10 @@ impl MirrorFs {
                 Ok(n)
             })?;
         h.wrote.store(true, Ordering::Relaxed);
+        if let (Some(f), Some((first, new))) = (&sums, new_sums) {
+            f.set(self.mirror.integrity(), first, &new)
+                .map_err(|e| self.checksum_failure(&h.inode, e))?;
+        }
         agree(&self.mirror, "write", &written)
     }
 
@@ -404,11 +470,38 @@ impl MirrorFs {
         self.mirror
             .check_space(&legs, if frees { 0 } else { length })?;
         self.will_change(&h.inode);
-        let _data = h.inode.data_lock.read();
+        let sums = self.sums(&h.inode);
+        let zeroes = mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE) != 0;
+        let shifts = mode & (libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_INSERT_RANGE) != 0;
+        // Allocating changes no byte; zeroing and shifting do, and their checksums are
+        // computed around the change (exclusively, see `fs/checksums.rs`).
+        let exclusive = sums.is_some() && (zeroes || shifts);
+        let _shared = (!exclusive).then(|| h.inode.data_lock.read());
+        let _exclusive = exclusive.then(|| h.inode.data_lock.write());
+        let new_sums = match (&sums, zeroes) {
+            (Some(f), true) => {
+                let size = self
+                    .on_metadata_leg("fstat", |leg| sys::fd::fstat(h.fd(leg)?.as_fd()))?
+                    .st_size as u64;
+                self.sums_for_zeroing(&h.inode, f, offset, length, size)?
+            }
+            _ => None,
+        };
+        if let (Some(f), true) = (&sums, shifts) {
+            // Verified before the data moves, so rot does not move into a fresh checksum.
+            self.verify_whole(&h.inode, f)?;
+        }
         self.mirror.fan_out(&legs, "fallocate", |leg| {
             sys::fd::fallocate(h.fd(leg)?.as_fd(), mode, offset, length)
         })?;
         h.wrote.store(true, Ordering::Relaxed);
+        if let (Some(f), Some((first, new))) = (&sums, new_sums) {
+            f.set(self.mirror.integrity(), first, &new)
+                .map_err(|e| self.checksum_failure(&h.inode, e))?;
+        }
+        if let (Some(f), true) = (&sums, shifts) {
+            self.rehash(&h.inode, f)?;
+        }
         Ok(())
     }
 
@@ -432,6 +525,12 @@ impl MirrorFs {
         let _barrier = self.mirror.barrier();
         let hi = self.handles.file(fh_in)?;
         let ho = self.handles.file(fh_out)?;
+        if self.sums(&ho.inode).is_some() || self.sums(&hi.inode).is_some() {
+            // Each leg would copy its own copy, unverified, and the daemon would never see the
+            // bytes to checksum: the kernel falls back to reading and writing through the
+            // mount, which verifies the source and checksums the destination.
+            return Err(Errno::EOPNOTSUPP);
+        }
         let legs: Vec<LegIdx> = self
             .writable_legs(&ho)
             .into_iter()

@@ -56,6 +56,19 @@ pub struct Inode {
     /// data from one leg to another (read-repair, resync), so that a copy never puts back
     /// data older than a write that raced with it.
     pub data_lock: RwLock<()>,
+    /// For regular files: its checksums, once looked for (see `fs/checksums.rs`).
+    pub sums: Mutex<Sums>,
+}
+
+/// What a regular file's checksums are.
+#[derive(Clone, Default)]
+pub enum Sums {
+    /// Not looked for yet.
+    #[default]
+    Unknown,
+    /// The file has none (from before checksums, or checksums are off).
+    Uncovered,
+    Covered(Arc<crate::integrity::FileSums>),
 }
 
 /// One object on one leg.
@@ -349,6 +362,7 @@ impl InodeTable {
                     cache: cache.clone(),
                     dir_lock: RwLock::new(()),
                     data_lock: RwLock::new(()),
+                    sums: Mutex::new(Sums::Uncovered),
                 }),
                 lookups: 1,
             },
@@ -426,6 +440,7 @@ impl InodeTable {
             cache: self.cache.clone(),
             dir_lock: RwLock::new(()),
             data_lock: RwLock::new(()),
+            sums: Mutex::new(Sums::Unknown),
         });
         inner.live.insert(
             ino,

@@ -13,6 +13,7 @@ pub mod attr;
 pub mod handle;
 pub mod inode;
 
+mod checksums;
 mod control;
 mod data;
 mod dir;
@@ -165,6 +166,7 @@ impl MirrorFs {
             config.options.threads,
             policy,
             config.options.write_intent,
+            config.options.checksums(),
         )?;
         let mirror = Arc::new(mirror);
         let inodes = Arc::new(InodeTable::new(root_fds, &root_ids, config.fd_budget));

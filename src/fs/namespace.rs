@@ -188,6 +188,11 @@ impl MirrorFs {
         self.will_change(&p);
         let legs = self.legs_for(&p);
         let what = if dir_entry { "rmdir" } else { "unlink" };
+        let last_link = if dir_entry {
+            None
+        } else {
+            self.last_link_id(&p, &cname)
+        };
         self.mirror
             .fan_out(&legs, what, |leg| {
                 let dir = p.fd(leg)?;
@@ -195,7 +200,9 @@ impl MirrorFs {
                     sys::fd::unlink_at(dir.as_fd(), &cname, dir_entry)
                 })
             })
-            .map(drop)
+            .map(drop)?;
+        self.forget_checksums(last_link);
+        Ok(())
     }
 
     pub fn unlink(&self, parent: u64, name: &OsStr, caller: &Caller) -> Result<()> {
@@ -243,6 +250,11 @@ impl MirrorFs {
             .into_iter()
             .filter(|&l| np.has_leg(l))
             .collect();
+        // A file replaced by the rename loses its last name.
+        let replaced = match flags & (libc::RENAME_EXCHANGE | libc::RENAME_NOREPLACE) {
+            0 => self.last_link_id(&np, &new),
+            _ => None,
+        };
         self.mirror
             .fan_out(&legs, "rename", |leg| {
                 let (from, to) = (p.fd(leg)?, np.fd(leg)?);
@@ -250,7 +262,9 @@ impl MirrorFs {
                     sys::fd::rename_at(from.as_fd(), &old, to.as_fd(), &new, flags)
                 })
             })
-            .map(drop)
+            .map(drop)?;
+        self.forget_checksums(replaced);
+        Ok(())
     }
 
     /// A new name for `ino`; the reply carries fresh attributes (nlink and ctime moved).
@@ -377,7 +391,14 @@ impl MirrorFs {
         };
         self.will_change(&inode);
         let legs = self.legs_for(&inode);
-        let _data = set.size.map(|_| inode.data_lock.read());
+        let sums = set.size.and_then(|_| self.sums(&inode));
+        // A cut inside a block reads the block's kept part for its new checksum: exclusive.
+        let _shared = (set.size.is_some() && sums.is_none()).then(|| inode.data_lock.read());
+        let _exclusive = sums.is_some().then(|| inode.data_lock.write());
+        let tail = match (&sums, set.size) {
+            (Some(f), Some(size)) => self.tail_sum(&inode, f, size)?,
+            _ => None,
+        };
         self.mirror.fan_out(&legs, "setattr", |leg| {
             let fd = inode.fd(leg)?;
             let fd = fd.as_fd();
@@ -411,6 +432,13 @@ impl MirrorFs {
                 Ok(())
             })
         })?;
+        match (&sums, set.size) {
+            (Some(f), Some(size)) => f
+                .truncate(self.mirror.integrity(), size, tail)
+                .map_err(|e| self.checksum_failure(&inode, e))?,
+            (None, Some(0)) if inode.is_regular() => self.truncated_to_zero(&inode),
+            _ => {}
+        }
         // The legs still in sync, not `legs`: one may have been dropped by the change above.
         if touch {
             // Each leg stamped its own clock.

@@ -109,10 +109,22 @@ impl MirrorFs {
         if inode.is_symlink() {
             return sized(Vec::new(), 0, size);
         }
-        let (v, len) = self.on_metadata_leg("listxattr", |leg| {
+        // The whole list, without mirrorfs's own names (a file's identity, see
+        // `integrity::ID_XATTR`): they are never shown through the mount.
+        let (v, _) = self.on_metadata_leg("listxattr", |leg| {
             let fd = inode.fd(leg)?;
-            self.checked(caller, || sys::xattr::list(fd.as_fd(), size as usize))
+            self.checked(caller, || {
+                let (_, need) = sys::xattr::list(fd.as_fd(), 0)?;
+                sys::xattr::list(fd.as_fd(), need)
+            })
         })?;
+        let v: Vec<u8> = v
+            .split_inclusive(|&b| b == 0)
+            .filter(|n| !n.starts_with(CONTROL_PREFIX))
+            .flatten()
+            .copied()
+            .collect();
+        let len = v.len();
         sized(v, len, size)
     }
 

@@ -7,6 +7,7 @@ pub mod outcome;
 pub mod reads;
 
 use crate::errno::{Errno, Result};
+use crate::integrity::Integrity;
 use crate::leg::{InflightGuard, Leg, LegIdx};
 use crate::meta::changes::ChangeLog;
 use crate::meta::membership::{self, Event};
@@ -71,6 +72,8 @@ pub struct Mirror {
     /// its resync) holding it exclusively, so that no change is in flight that left it out.
     barrier: RwLock<()>,
     unlisted: std::sync::atomic::AtomicUsize,
+    /// The checksums (`-o checksum`).
+    integrity: Integrity,
 }
 
 impl Mirror {
@@ -80,6 +83,7 @@ impl Mirror {
         threads_per_leg: usize,
         policy: Box<dyn ReadPolicy>,
         write_intent: bool,
+        checksum: bool,
     ) -> Result<Mirror> {
         let workers = LegWorkers::new(legs.len(), threads_per_leg).map_err(|e| {
             log::error!(
@@ -101,7 +105,9 @@ impl Mirror {
         for id in membership::out_ids(&superblocks, &serving) {
             changes.start_away(&id);
         }
+        let integrity = Integrity::new(checksum, legs.len());
         Ok(Mirror {
+            integrity,
             reads: legs.iter().map(|_| Mutex::default()).collect(),
             legs,
             workers,
@@ -250,6 +256,7 @@ impl Mirror {
         if !self.legs[leg].set_failed() {
             return;
         }
+        self.integrity.detach(leg);
         if let Some(id) = self.leg_id(leg) {
             self.changes.start_away(&id);
         }
@@ -330,6 +337,11 @@ impl Mirror {
         let idle = self.changes.idle();
         if idle.inos.is_empty() {
             self.changes.flush_away(&legs);
+            // Checksums may reach the stores before their data is durable: their files stay
+            // in the intent log until a later sweep, so a crash resolves them either way.
+            if self.integrity.backlog() >= crate::integrity::COMMIT_BACKLOG {
+                self.commit_checksums();
+            }
             return;
         }
         for &l in &legs {
@@ -338,13 +350,83 @@ impl Mirror {
                 return;
             }
         }
+        // The idle files' data is durable now: their checksums are committed before their
+        // intent entries go, so no clean file ever has checksums behind its data.
+        if !self.commit_checksums() {
+            return;
+        }
         self.changes.clear(&idle, &legs);
+    }
+
+    /// Commits the checksums kept in memory to every in-sync leg's store. A leg whose store
+    /// cannot be written is dropped; false if no store took them.
+    pub fn commit_checksums(&self) -> bool {
+        let stores = self
+            .in_sync_legs()
+            .into_iter()
+            .filter(|&l| self.integrity.store(l).is_some())
+            .count();
+        let failed = self.integrity.commit();
+        let all = stores > 0 && failed.len() == stores;
+        for (leg, e) in failed {
+            log::error!("leg {leg}: {e}");
+            if !all {
+                self.legs[leg]
+                    .counters
+                    .write_errors
+                    .fetch_add(1, Ordering::Relaxed);
+                self.mark_failed(
+                    leg,
+                    "checksum store commit",
+                    DropReason::LegFault(Errno::EIO),
+                );
+            }
+        }
+        !all
+    }
+
+    /// Opens (or rebuilds, or creates) the checksum store of every in-sync leg. Before the
+    /// mount serves: after crash recovery's checks, or once the superblocks exist. A leg whose
+    /// store can be neither opened nor rebuilt is dropped.
+    pub fn open_checksums(&self) {
+        if !self.integrity.enabled() || self.integrity.store_count() > 0 {
+            return;
+        }
+        let legs: Vec<(LegIdx, std::path::PathBuf)> = self
+            .in_sync_legs()
+            .into_iter()
+            .map(|l| (l, self.legs[l].path()))
+            .collect();
+        let (failed, notes) = self.integrity.open_stores(&legs);
+        for n in notes {
+            log::warn!("{n}");
+        }
+        for (leg, e) in failed {
+            log::error!("leg {leg}: {e}");
+            self.mark_failed(leg, "checksum store", DropReason::LegFault(Errno::EIO));
+        }
+    }
+
+    /// The checksums.
+    pub fn integrity(&self) -> &Integrity {
+        &self.integrity
     }
 
     /// `target` (member `id`) holds the same data as the others now: it is marked in sync,
     /// every superblock stops recording it as dropped (and moves its event counter on), it
     /// gets a superblock of its own, and its away logs go. Called with every change held off.
     pub fn join_leg(&self, target: LegIdx, id: &str) {
+        // Its store: a copy of the metadata leg's, which covers the data it was just given.
+        let from = self.metadata_leg();
+        if let Err(e) = self
+            .integrity
+            .attach_copy(target, &self.legs[target].path(), from)
+        {
+            log::error!(
+                "leg {target}: its checksum store could not be copied from leg {from}'s: {e}; \
+                 it joins without one (reads from it are verified against the others' store)"
+            );
+        }
         self.legs[target].set_state(crate::leg::LegState::InSync);
         let event = Event::Join {
             slot: target,
@@ -461,6 +543,11 @@ impl Mirror {
                 return;
             }
         }
+        if !self.commit_checksums() {
+            self.record_dropped_legs();
+            return;
+        }
+        let legs = self.in_sync_legs();
         self.changes.clear_all(&legs);
         let _ = self.membership(Event::CleanUnmount, None);
     }
@@ -637,8 +724,12 @@ impl Mirror {
                 .filter(|l| !tried.contains(l))
                 .collect();
             let Some((plan, _inflight, hand_overs)) = self.route_read(&left, req) else {
-                // Every leg failed this read: the caller gets the error; no leg is dropped for
-                // it beyond what the error budget says.
+                // Every leg failed this read: the caller gets the error (EBADMSG if some copy
+                // failed its checksums: the caller looks again, under the file's data lock); no
+                // leg is dropped for it beyond what the error budget says.
+                if failed.iter().any(|f| f.errno == Errno::EBADMSG) {
+                    return Err(Errno::EBADMSG);
+                }
                 return Err(failed.first().map_or(Errno::EIO, |f| f.errno));
             };
             on_plan(&plan);
@@ -706,6 +797,20 @@ impl Mirror {
             for (leg, offset, len, r) in results {
                 match r {
                     Ok(v) => out.push(v),
+                    Err(Errno::EBADMSG) => {
+                        // The copy read does not match its checksums: asked again elsewhere,
+                        // and repaired (and counted) by the caller once confirmed.
+                        if !tried.contains(&leg) {
+                            tried.push(leg);
+                        }
+                        failed.push(FailedRead {
+                            leg,
+                            offset,
+                            len,
+                            errno: Errno::EBADMSG,
+                        });
+                        retry = true;
+                    }
                     Err(e) if outcome::is_leg_fault(e) => {
                         self.legs[leg]
                             .counters

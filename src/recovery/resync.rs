@@ -31,7 +31,7 @@ use crate::tree::{self, Control, Phase, Progress, Throttle};
 use parking_lot::Mutex;
 use std::ffi::OsString;
 use std::os::fd::AsFd;
-use std::os::unix::ffi::OsStringExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -132,7 +132,50 @@ impl Recovery {
                 r.removed
             );
         }
+        self.rehash_after_crash(src.as_fd(), &paths);
         Ok(paths.len())
+    }
+
+    /// After crash recovery made the intent log's files identical: their checksums are
+    /// computed again from the metadata leg's copy and committed, so that a write the crash
+    /// cut short is never taken for corruption.
+    fn rehash_after_crash(&self, src: std::os::fd::BorrowedFd<'_>, paths: &[PathBuf]) {
+        let ig = self.mirror.integrity();
+        if !ig.enabled() {
+            return;
+        }
+        let mut n = 0;
+        for p in paths {
+            let Ok(fd) = crate::sys::fd::open_beneath(src, p.as_os_str().as_bytes()) else {
+                continue;
+            };
+            match crate::sys::fd::fstat(fd.as_fd()) {
+                Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFREG => {}
+                _ => continue,
+            }
+            let Ok(file) = crate::sys::fd::reopen(fd.as_fd(), libc::O_RDONLY) else {
+                continue;
+            };
+            let Some(id) = crate::integrity::id_of(fd.as_fd()) else {
+                continue;
+            };
+            match crate::integrity::hash_fd(file.as_fd()) {
+                Ok(sums) => {
+                    ig.record_whole(id, sums);
+                    n += 1;
+                }
+                Err(e) => log::error!("after the crash: cannot hash '{}': {e}", p.display()),
+            }
+        }
+        if n > 0 {
+            ig.counters
+                .crash_resolved
+                .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+            for (leg, e) in ig.commit() {
+                log::error!("after the crash: checksum commit to leg {leg} failed: {e}");
+            }
+            log::warn!("after the crash: checksums of {n} file(s) being written computed again (crash recovery, not corruption)");
+        }
     }
 
     /// Starts resyncing `target` in the background (incremental when its away log is there

@@ -100,6 +100,20 @@ pub fn random_hex_id() -> String {
     buf.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// A random, non-zero 64-bit number from the kernel (file identities).
+pub fn random_u64() -> u64 {
+    let mut buf = [0u8; 8];
+    // SAFETY: buf is valid for 8 bytes.
+    let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
+    let v = if n == buf.len() as isize {
+        u64::from_le_bytes(buf)
+    } else {
+        let t = now_timespec();
+        (t.tv_sec as u64) << 32 ^ (t.tv_nsec as u64) ^ (std::process::id() as u64) << 48
+    };
+    v.max(1)
+}
+
 /// `fork()`, for daemonizing.
 ///
 /// # Safety

@@ -1,0 +1,460 @@
+//! What the core does with checksums: finds a file's, gives new files theirs, computes a
+//! write's from its own bytes, verifies reads and repairs a copy that fails them.
+//!
+//! Locking: a change that must read old bytes to compute its checksums (a write that does
+//! not cover whole blocks, a truncation inside a block, a punched hole's edges) holds the
+//! file's data lock exclusively, so the old bytes and the new checksums cannot race with
+//! another change. Reads take no lock; a read whose copy fails its checksums looks again
+//! under the exclusive data lock (a write in flight is then over) before calling it bad.
+
+use super::inode::{Inode, Sums};
+use super::MirrorFs;
+use crate::errno::{Errno, Result};
+use crate::integrity::sum::{self, Sum, BLOCK};
+use crate::integrity::{self, FileSums, Verdict};
+use crate::leg::LegIdx;
+use crate::mirror::outcome::DropReason;
+use crate::sys;
+use std::os::fd::AsFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// A range of a file as read from one leg.
+pub(super) struct LegRead {
+    pub leg: LegIdx,
+    pub data: Vec<u8>,
+}
+
+impl MirrorFs {
+    /// The checksums of `inode` (a regular file), or None if it has none.
+    pub(super) fn sums(&self, inode: &Arc<Inode>) -> Option<Arc<FileSums>> {
+        let ig = self.mirror.integrity();
+        if !ig.enabled() || !inode.is_regular() {
+            return None;
+        }
+        let mut slot = inode.sums.lock();
+        match &*slot {
+            Sums::Covered(f) => return Some(f.clone()),
+            Sums::Uncovered => return None,
+            Sums::Unknown => {}
+        }
+        let leg = self.mirror.metadata_leg();
+        let id = match inode.fd(leg) {
+            Ok(fd) => match sys::xattr::get(fd.as_fd(), integrity::ID_XATTR, 8) {
+                Ok((v, _)) => integrity::id_from(&v),
+                Err(Errno::ENODATA) | Err(Errno::ENOTSUP) => None,
+                Err(_) => return None,
+            },
+            Err(_) => return None,
+        };
+        let found = match id {
+            Some(id) => match ig.file(id) {
+                Ok(f) => f,
+                Err(e) => {
+                    log::error!("checksums of inode {}: {e}", inode.ino);
+                    return None;
+                }
+            },
+            None => None,
+        };
+        *slot = match &found {
+            Some(f) => Sums::Covered(f.clone()),
+            None => Sums::Uncovered,
+        };
+        found
+    }
+
+    /// Gives `inode`, which is empty (just created, or truncated to nothing), an identity on
+    /// `legs` and checksums. Left without (uncovered) where a leg refuses the xattr.
+    pub(super) fn cover_empty(&self, inode: &Arc<Inode>, legs: &[LegIdx]) {
+        let ig = self.mirror.integrity();
+        if !ig.enabled() || !inode.is_regular() {
+            return;
+        }
+        let id = sys::random_u64();
+        let value = integrity::id_bytes(id);
+        let set = self.mirror.fan_out(legs, "set checksum id", |leg| {
+            sys::xattr::set(inode.fd(leg)?.as_fd(), integrity::ID_XATTR, &value, 0)
+        });
+        *inode.sums.lock() = match set {
+            Ok(done) if done.len() == legs.len() => Sums::Covered(ig.new_file(id)),
+            _ => Sums::Uncovered,
+        };
+    }
+
+    /// Reads `len` bytes at `offset` (a block boundary) of `inode` from `leg`, through a fresh
+    /// read-only descriptor.
+    fn read_leg(
+        &self,
+        inode: &Arc<Inode>,
+        leg: LegIdx,
+        offset: u64,
+        len: usize,
+    ) -> Result<Vec<u8>> {
+        self.mirror.check_fault_file(leg, "read", Some(inode.ino))?;
+        let fd = sys::fd::reopen(inode.fd(leg)?.as_fd(), libc::O_RDONLY)?;
+        let mut buf = vec![0u8; len];
+        let n = sys::fd::pread_full(fd.as_fd(), &mut buf, offset)?;
+        buf.truncate(n);
+        Ok(buf)
+    }
+
+    /// Whether `data`, read at `offset` asking for `asked` bytes, is as written.
+    fn verdict(&self, f: &FileSums, offset: u64, data: &[u8], asked: usize) -> Verdict {
+        match f.verify(self.mirror.integrity(), offset, data, data.len() < asked) {
+            Ok(v) => v,
+            Err(e) => {
+                log::error!("checksums of file {:x}: {e}", f.id);
+                Verdict::Unknown
+            }
+        }
+    }
+
+    /// The range `offset..offset + len` (block-aligned) from the first in-sync leg whose copy
+    /// verifies, with the legs that did not. Call with the data lock held.
+    fn first_good(
+        &self,
+        inode: &Arc<Inode>,
+        f: &FileSums,
+        offset: u64,
+        len: usize,
+    ) -> (Option<LegRead>, Vec<LegRead>) {
+        let mut bad = Vec::new();
+        for leg in self.legs_for(inode) {
+            let Ok(data) = self.read_leg(inode, leg, offset, len) else {
+                continue;
+            };
+            match self.verdict(f, offset, &data, len) {
+                Verdict::Bad(_) => bad.push(LegRead { leg, data }),
+                _ => return (Some(LegRead { leg, data }), bad),
+            }
+        }
+        (None, bad)
+    }
+
+    /// The old contents of block `block` for a change that keeps part of it: from a leg whose
+    /// copy verifies. If none does, the metadata leg's bytes, and the file is listed as
+    /// damaged there (the change then gives them a checksum again: they are what the file
+    /// holds now).
+    fn old_block(&self, inode: &Arc<Inode>, f: &FileSums, block: u64) -> Result<Vec<u8>> {
+        let (good, bad) = self.first_good(inode, f, block * BLOCK, BLOCK as usize);
+        if let Some(g) = good {
+            for b in &bad {
+                self.rewrite_copy(inode, b.leg, g.leg, block * BLOCK, &g.data);
+            }
+            return Ok(g.data);
+        }
+        let range = (block * BLOCK, BLOCK);
+        self.note_damage(inode, f, range);
+        match bad.into_iter().next() {
+            Some(b) => Ok(b.data),
+            None => Err(Errno::EIO),
+        }
+    }
+
+    fn note_damage(&self, inode: &Arc<Inode>, f: &FileSums, (offset, len): (u64, u64)) {
+        let path = self.display_path(inode);
+        log::error!(
+            "checksum error in '{path}' at bytes {offset}..{}: no leg holds the data as written",
+            offset + len
+        );
+        self.mirror
+            .integrity()
+            .record_damage(f.id, path, offset, len);
+    }
+
+    /// The file's path in the mirror, for the log and the damaged-file list.
+    pub(super) fn display_path(&self, inode: &Arc<Inode>) -> String {
+        match self.leg_relpath(inode) {
+            Some(p) if p.is_empty() => "/".into(),
+            Some(p) => format!("/{}", String::from_utf8_lossy(&p)),
+            None => format!("(inode {})", inode.ino),
+        }
+    }
+
+    /// The checksums a write of `data` at `offset` gives its blocks (first block, sums).
+    /// Blocks the write covers only in part keep their other bytes: those are read (and
+    /// verified) first, so that rot already there never gets a fresh checksum.
+    pub(super) fn sums_for_write(
+        &self,
+        inode: &Arc<Inode>,
+        f: &FileSums,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(u64, Vec<Sum>)> {
+        let first = sum::block_of(offset);
+        let end = offset + data.len() as u64;
+        if offset.is_multiple_of(BLOCK) && (end.is_multiple_of(BLOCK) || data.is_empty()) {
+            return Ok((first, sum::sums_of(data)));
+        }
+        let start = first * BLOCK;
+        let mut buf = vec![0u8; (sum::align_up(end) - start) as usize];
+        if !offset.is_multiple_of(BLOCK) {
+            let old = self.old_block(inode, f, first)?;
+            buf[..old.len()].copy_from_slice(&old);
+        }
+        let last = sum::block_of(end - 1);
+        if !end.is_multiple_of(BLOCK) && (last != first || offset.is_multiple_of(BLOCK)) {
+            let old = self.old_block(inode, f, last)?;
+            let at = ((last - first) * BLOCK) as usize;
+            buf[at..at + old.len()].copy_from_slice(&old);
+        }
+        let at = (offset - start) as usize;
+        buf[at..at + data.len()].copy_from_slice(data);
+        Ok((first, sum::sums_of(&buf)))
+    }
+
+    /// Whether a write of `len` bytes at `offset` must read old bytes (not whole blocks).
+    pub(super) fn write_is_partial(offset: u64, len: usize) -> bool {
+        !offset.is_multiple_of(BLOCK) || !(offset + len as u64).is_multiple_of(BLOCK)
+    }
+
+    /// The new checksum of the block holding `size` when the file is cut (or grown) to
+    /// `size` bytes: its bytes up to `size`, then zeros. None when `size` is on a boundary.
+    pub(super) fn tail_sum(
+        &self,
+        inode: &Arc<Inode>,
+        f: &FileSums,
+        size: u64,
+    ) -> Result<Option<Sum>> {
+        if size.is_multiple_of(BLOCK) {
+            return Ok(None);
+        }
+        let mut old = self.old_block(inode, f, sum::block_of(size))?;
+        old.truncate((size % BLOCK) as usize);
+        Ok(Some(sum::sum(&old)))
+    }
+
+    /// Checksums for a punched (or zeroed) range `offset..offset + len` of a file of `size`
+    /// bytes: (first block, sums) of the blocks it touches inside the file.
+    pub(super) fn sums_for_zeroing(
+        &self,
+        inode: &Arc<Inode>,
+        f: &FileSums,
+        offset: u64,
+        len: u64,
+        size: u64,
+    ) -> Result<Option<(u64, Vec<Sum>)>> {
+        let end = offset.saturating_add(len).min(sum::align_up(size));
+        if offset >= end {
+            return Ok(None);
+        }
+        let first = sum::block_of(offset);
+        let last = sum::block_of(end - 1);
+        let mut out = Vec::with_capacity((last - first + 1) as usize);
+        for b in first..=last {
+            let (bs, be) = (b * BLOCK, (b + 1) * BLOCK);
+            if offset <= bs && end >= be {
+                out.push(sum::zero_sum());
+                continue;
+            }
+            let mut old = self.old_block(inode, f, b)?;
+            old.resize(BLOCK as usize, 0);
+            let from = offset.max(bs) - bs;
+            let to = end.min(be) - bs;
+            old[from as usize..to as usize].fill(0);
+            out.push(sum::sum(&old));
+        }
+        Ok(Some((first, out)))
+    }
+
+    /// Writes `good` (from leg `from`) over leg `bad`'s copy at `offset`, checks the copy
+    /// again, and counts and logs the repair. The caller holds the data lock.
+    fn rewrite_copy(
+        &self,
+        inode: &Arc<Inode>,
+        bad: LegIdx,
+        from: LegIdx,
+        offset: u64,
+        good: &[u8],
+    ) {
+        let leg = self.mirror.leg(bad);
+        leg.counters.checksum_errors.fetch_add(1, Ordering::Relaxed);
+        let path = self.display_path(inode);
+        let r = self
+            .mirror
+            .check_fault_file(bad, "repair", Some(inode.ino))
+            .and_then(|()| sys::fd::reopen(inode.fd(bad)?.as_fd(), libc::O_WRONLY))
+            .and_then(|fd| sys::fd::pwrite_full(fd.as_fd(), good, offset))
+            .and_then(|_| self.read_leg(inode, bad, offset, good.len()))
+            .and_then(|back| {
+                if back == good {
+                    Ok(())
+                } else {
+                    Err(Errno::EIO)
+                }
+            })
+            // A repair is no change of the file: the copy keeps the good copy's mtime.
+            .and_then(|()| self.align_mtime(&[from, bad], "repair", |l| inode.fd(l)));
+        match r {
+            Ok(()) => {
+                leg.counters.read_repairs.fetch_add(1, Ordering::Relaxed);
+                log::warn!(
+                    "leg {bad} ('{}'): checksum error in '{path}' at bytes {offset}..{}: \
+                     repaired from leg {from}",
+                    leg.path().display(),
+                    offset + good.len() as u64
+                );
+            }
+            Err(e) => {
+                log::error!(
+                    "leg {bad} ('{}'): checksum error in '{path}' at bytes {offset}..{}: the \
+                     repair failed ({e})",
+                    leg.path().display(),
+                    offset + good.len() as u64
+                );
+                leg.counters.write_errors.fetch_add(1, Ordering::Relaxed);
+                self.mirror
+                    .mark_failed(bad, "checksum repair", DropReason::LegFault(e));
+            }
+        }
+    }
+
+    /// A read found leg `bad`'s copy of `offset..offset + len` not as written: looked at
+    /// again under the data lock (a write may have been in flight), and if still bad,
+    /// repaired from a leg whose copy verifies.
+    pub(super) fn repair_checksum(
+        &self,
+        inode: &Arc<Inode>,
+        f: &FileSums,
+        bad: LegIdx,
+        offset: u64,
+        len: usize,
+    ) {
+        let _barrier = self.mirror.barrier();
+        let _data = inode.data_lock.write();
+        if !self.mirror.leg(bad).is_in_sync() {
+            return;
+        }
+        let Ok(now) = self.read_leg(inode, bad, offset, len) else {
+            return;
+        };
+        if !matches!(self.verdict(f, offset, &now, len), Verdict::Bad(_)) {
+            return;
+        }
+        let (good, _) = self.first_good(inode, f, offset, len);
+        match good {
+            Some(g) => self.rewrite_copy(inode, bad, g.leg, offset, &g.data),
+            None => self.note_damage(inode, f, (offset, len as u64)),
+        }
+    }
+
+    /// Every leg's copy failed its checksums for this read: looked at again under the data
+    /// lock. The first copy that verifies is the answer (the others are repaired from it);
+    /// if none does, the file is damaged there and the caller gets EIO.
+    pub(super) fn read_when_all_bad(
+        &self,
+        inode: &Arc<Inode>,
+        f: &FileSums,
+        offset: u64,
+        len: usize,
+    ) -> Result<Vec<u8>> {
+        let _barrier = self.mirror.barrier();
+        let _data = inode.data_lock.write();
+        let (good, bad) = self.first_good(inode, f, offset, len);
+        match good {
+            Some(g) => {
+                for b in &bad {
+                    self.rewrite_copy(inode, b.leg, g.leg, offset, &g.data);
+                }
+                Ok(g.data)
+            }
+            None => {
+                // Name the blocks that are bad on every leg.
+                let mut blocks: Option<Vec<u64>> = None;
+                for b in &bad {
+                    if let Verdict::Bad(v) = self.verdict(f, offset, &b.data, len) {
+                        blocks = Some(match blocks {
+                            None => v,
+                            Some(prev) => prev.into_iter().filter(|x| v.contains(x)).collect(),
+                        });
+                    }
+                }
+                let blocks = blocks.unwrap_or_default();
+                match (blocks.first(), blocks.last()) {
+                    (Some(&a), Some(&z)) => {
+                        self.note_damage(inode, f, (a * BLOCK, (z - a + 1) * BLOCK))
+                    }
+                    _ => self.note_damage(inode, f, (offset, len as u64)),
+                }
+                Err(Errno::EIO)
+            }
+        }
+    }
+
+    /// A checksum store could not be read: logged; the caller gets EIO.
+    pub(super) fn checksum_failure(&self, inode: &Arc<Inode>, e: std::io::Error) -> Errno {
+        log::error!("checksums of '{}': {e}", self.display_path(inode));
+        Errno::EIO
+    }
+
+    /// `inode` was truncated to nothing (O_TRUNC, or a truncate to 0): its checksums are
+    /// all zero now, and a file without checksums gets them (it is empty: nothing to hash).
+    pub(super) fn truncated_to_zero(&self, inode: &Arc<Inode>) {
+        match self.sums(inode) {
+            Some(f) => {
+                if let Err(e) = f.truncate(self.mirror.integrity(), 0, None) {
+                    self.checksum_failure(inode, e);
+                }
+            }
+            None => self.cover_empty(inode, &self.legs_for(inode)),
+        }
+    }
+
+    /// Reads the whole file, verifying (and repairing) it block range by block range: before
+    /// a change that moves data (collapse or insert range). Call with the data lock held.
+    pub(super) fn verify_whole(&self, inode: &Arc<Inode>, f: &FileSums) -> Result<()> {
+        let step = sum::CHUNK_BYTES as usize;
+        let mut offset = 0u64;
+        loop {
+            let (good, bad) = self.first_good(inode, f, offset, step);
+            let Some(g) = good else {
+                self.note_damage(inode, f, (offset, step as u64));
+                return Err(Errno::EIO);
+            };
+            for b in &bad {
+                self.rewrite_copy(inode, b.leg, g.leg, offset, &g.data);
+            }
+            if g.data.len() < step {
+                return Ok(());
+            }
+            offset += step as u64;
+        }
+    }
+
+    /// Computes the whole file's checksums again from the metadata leg's copy (after a change
+    /// that moved data). Call with the data lock held.
+    pub(super) fn rehash(&self, inode: &Arc<Inode>, f: &FileSums) -> Result<()> {
+        let leg = self.mirror.metadata_leg();
+        let fd = sys::fd::reopen(inode.fd(leg)?.as_fd(), libc::O_RDONLY)?;
+        let sums = integrity::hash_fd(fd.as_fd()).map_err(|e| self.checksum_failure(inode, e))?;
+        self.mirror.integrity().record_whole(f.id, sums);
+        Ok(())
+    }
+
+    /// The identity of the regular file `name` in `dir` if this is its last name (so that
+    /// removing the name removes the file), from the metadata leg.
+    pub(super) fn last_link_id(&self, dir: &Arc<Inode>, name: &std::ffi::CStr) -> Option<u64> {
+        if !self.mirror.integrity().enabled() {
+            return None;
+        }
+        let leg = self.mirror.metadata_leg();
+        let fd = sys::fd::open_path_at(dir.fd(leg).ok()?.as_fd(), name).ok()?;
+        let st = sys::fd::fstat(fd.as_fd()).ok()?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_nlink != 1 {
+            return None;
+        }
+        let (v, _) = sys::xattr::get(fd.as_fd(), integrity::ID_XATTR, 8).ok()?;
+        integrity::id_from(&v)
+    }
+
+    /// The file `id` is gone: its checksums go at the next commit.
+    pub(super) fn forget_checksums(&self, id: Option<u64>) {
+        let ig = self.mirror.integrity();
+        match id.map(|id| ig.file(id)) {
+            Some(Ok(Some(f))) => f.delete(ig),
+            Some(Err(e)) => log::error!("checksums of a removed file: {e}"),
+            _ => {}
+        }
+    }
+}

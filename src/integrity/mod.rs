@@ -1,0 +1,818 @@
+//! Checksums of every regular file's data, so that the mirror knows which copy is right.
+//!
+//! Each covered file has an identity, a random 64-bit number in the xattr [`ID_XATTR`] of
+//! every leg's copy (the same on every leg; it survives renames and hard links, and the tree
+//! engine copies it with the file). Its blocks' checksums ([`sum`]) live in every in-sync
+//! leg's store ([`store`]), all alike.
+//!
+//! The daemon computes checksums from the bytes it is about to write (its own copy of the
+//! request, never data read back from a leg) and keeps them in memory ([`FileSums`]) until the
+//! next commit: the sweep commits them to every in-sync leg's store, after the legs were
+//! flushed and before the write-intent entries are cleared ([`Integrity::commit`]). So a file
+//! whose checksums on disk may disagree with its data is always in the write-intent log, and
+//! after a crash it is resolved at mount (crash recovery), never reported as corruption.
+
+pub mod store;
+pub mod sum;
+
+use parking_lot::{Mutex, RwLock};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ffi::CStr;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use store::{FileChange, Store};
+use sum::{chunk_of, zero_sum, Sum, CHUNK_BLOCKS};
+
+/// The xattr holding a file's identity on each leg (8 bytes, little-endian). The whole
+/// `user.mirrorfs.` namespace is mirrorfs's own: never shown through the mount.
+pub const ID_XATTR: &CStr = c"user.mirrorfs.id";
+
+/// Records of a file kept in memory once committed (a clean file's cache).
+const CACHED_CHUNKS: usize = 64;
+/// Uncommitted records (of all files) past which the sweep commits without waiting for idle
+/// files: 16 MiB of checksums, 16 GiB of data.
+pub const COMMIT_BACKLOG: usize = 16 * 1024;
+
+/// Encodes an identity for [`ID_XATTR`].
+pub fn id_bytes(id: u64) -> [u8; 8] {
+    id.to_le_bytes()
+}
+
+/// Decodes an [`ID_XATTR`] value (None if it is not 8 bytes).
+pub fn id_from(bytes: &[u8]) -> Option<u64> {
+    Some(u64::from_le_bytes(bytes.try_into().ok()?))
+}
+
+/// A range of a file that no leg could give back as it was written.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Damage {
+    /// The file's path in the mirror, when it was found.
+    pub path: String,
+    /// First byte and length of each damaged range.
+    pub ranges: Vec<(u64, u64)>,
+}
+
+/// Counters of the checksum work since the mount.
+#[derive(Default)]
+pub struct Counters {
+    /// Blocks read and found as written.
+    pub verified_blocks: AtomicU64,
+    /// Commits to the stores.
+    pub commits: AtomicU64,
+    /// Files resolved after a crash (rehashed, or taken from the copy that matched).
+    pub crash_resolved: AtomicU64,
+}
+
+/// The checksums of one mount.
+pub struct Integrity {
+    enabled: bool,
+    /// Per leg slot: its store while the leg is in sync.
+    stores: RwLock<Vec<Option<Arc<Store>>>>,
+    /// Files with checksums in memory, by identity (one object per file).
+    live: Mutex<HashMap<u64, Weak<FileSums>>>,
+    /// Files with uncommitted changes.
+    dirty: Mutex<HashMap<u64, Arc<FileSums>>>,
+    /// Held by a commit, and by whoever copies a store file.
+    commit_lock: Mutex<()>,
+    generation: AtomicU64,
+    damaged: Mutex<BTreeMap<u64, Damage>>,
+    pub counters: Counters,
+}
+
+/// What a read found against the checksums.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Every block as written.
+    Good,
+    /// These blocks are not (block numbers).
+    Bad(Vec<u64>),
+    /// The file has no checksums (not covered, or deleted): nothing to verify against.
+    Unknown,
+}
+
+impl Integrity {
+    pub fn new(enabled: bool, legs: usize) -> Integrity {
+        Integrity {
+            enabled,
+            stores: RwLock::new((0..legs).map(|_| None).collect()),
+            live: Mutex::new(HashMap::new()),
+            dirty: Mutex::new(HashMap::new()),
+            commit_lock: Mutex::new(()),
+            generation: AtomicU64::new(0),
+            damaged: Mutex::new(BTreeMap::new()),
+            counters: Counters::default(),
+        }
+    }
+
+    /// Whether checksums are kept (`-o checksum`).
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// Opens the stores of the in-sync legs at mount (`legs`: slot and root). A leg whose
+    /// store is missing, unreadable or older than the newest is given a copy of the newest;
+    /// if no leg has one, each gets an empty store. Returns the legs whose store could not be
+    /// opened nor rebuilt (the caller drops them) and a line per store rebuilt.
+    pub fn open_stores(&self, legs: &[(usize, PathBuf)]) -> (Vec<(usize, io::Error)>, Vec<String>) {
+        let mut failed = Vec::new();
+        let mut notes = Vec::new();
+        if !self.enabled || legs.is_empty() {
+            return (failed, notes);
+        }
+        // Per leg: slot, root, and its store with its generation if it opened.
+        type Opened = (usize, PathBuf, Option<(Store, u64)>);
+        let mut opened: Vec<Opened> = Vec::new();
+        for (slot, root) in legs {
+            let exists = store::store_path(root).exists();
+            let s = if exists {
+                match open_waiting(root) {
+                    Ok(x) => Some(x),
+                    Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                        notes.push(format!("{e}: rebuilt from another leg if one has a store"));
+                        None
+                    }
+                    // Busy, unreadable, or of another format: never replaced.
+                    Err(e) => {
+                        failed.push((*slot, e));
+                        continue;
+                    }
+                }
+            } else {
+                None
+            };
+            opened.push((*slot, root.clone(), s));
+        }
+        let newest = opened
+            .iter()
+            .filter_map(|(slot, _, s)| {
+                s.as_ref()
+                    .map(|(st, g)| (*g, *slot, st.path().to_path_buf()))
+            })
+            .max_by_key(|(g, _, _)| *g);
+        let mut stores = self.stores.write();
+        for (slot, root, s) in opened {
+            let store = match (s, &newest) {
+                (Some((st, g)), Some((ng, _, _))) if g == *ng => Ok(st),
+                (s, Some((ng, nslot, npath))) => {
+                    drop(s);
+                    if store::store_path(&root).exists() {
+                        let aside = store::store_path(&root).with_extension("redb.damaged");
+                        let _ = std::fs::rename(store::store_path(&root), aside);
+                    }
+                    notes.push(format!(
+                        "checksum store of '{}' rebuilt from leg {nslot}'s (generation {ng})",
+                        root.display()
+                    ));
+                    store::copy_store(npath, &root).and_then(|()| Store::open(&root))
+                }
+                (s, None) => match s {
+                    Some((st, _)) => Ok(st),
+                    None => {
+                        if store::store_path(&root).exists() {
+                            let aside = store::store_path(&root).with_extension("redb.damaged");
+                            let _ = std::fs::rename(store::store_path(&root), aside);
+                        }
+                        Store::open(&root)
+                    }
+                },
+            };
+            match store {
+                Ok(st) => stores[slot] = Some(Arc::new(st)),
+                Err(e) => failed.push((slot, e)),
+            }
+        }
+        if let Some((g, _, _)) = newest {
+            self.generation.store(g, Ordering::Relaxed);
+        }
+        (failed, notes)
+    }
+
+    /// A leg left the mirror: its store is no longer written.
+    pub fn detach(&self, slot: usize) {
+        if let Some(s) = self.stores.write().get_mut(slot) {
+            *s = None;
+        }
+    }
+
+    /// A leg joins the mirror (every change held off): its store becomes a copy of `from`'s,
+    /// after the uncommitted checksums were committed.
+    pub fn attach_copy(&self, slot: usize, root: &Path, from: usize) -> io::Result<()> {
+        if !self.enabled {
+            return Ok(());
+        }
+        for (leg, e) in self.commit() {
+            log::error!("checksum commit to leg {leg} before a join failed: {e}");
+        }
+        let _c = self.commit_lock.lock();
+        let src = self
+            .stores
+            .read()
+            .get(from)
+            .and_then(|s| s.clone())
+            .ok_or_else(|| io::Error::other("the source leg has no checksum store"))?;
+        store::copy_store(src.path(), root)?;
+        let st = Store::open(root)?;
+        self.stores.write()[slot] = Some(Arc::new(st));
+        Ok(())
+    }
+
+    /// How many legs have a store open.
+    pub fn store_count(&self) -> usize {
+        self.stores.read().iter().flatten().count()
+    }
+
+    /// The store reads are served from (the first leg that has one).
+    fn reader(&self) -> Option<Arc<Store>> {
+        self.stores.read().iter().flatten().next().cloned()
+    }
+
+    /// The checksums of file `id`, or None if the file is not covered.
+    pub fn file(&self, id: u64) -> io::Result<Option<Arc<FileSums>>> {
+        if !self.enabled {
+            return Ok(None);
+        }
+        let mut live = self.live.lock();
+        if let Some(f) = live.get(&id).and_then(Weak::upgrade) {
+            return Ok(Some(f));
+        }
+        let Some(store) = self.reader() else {
+            return Ok(None);
+        };
+        if !store.has_file(id)? {
+            return Ok(None);
+        }
+        let f = Arc::new(FileSums::new(id, false));
+        live.insert(id, Arc::downgrade(&f));
+        Ok(Some(f))
+    }
+
+    /// Checksums for a new (or newly emptied) file `id`: every block zero until written.
+    pub fn new_file(&self, id: u64) -> Arc<FileSums> {
+        let f = Arc::new(FileSums::new(id, true));
+        f.state.lock().changed = true;
+        self.live.lock().insert(id, Arc::downgrade(&f));
+        self.dirty.lock().insert(id, f.clone());
+        f
+    }
+
+    fn mark_dirty(&self, f: &Arc<FileSums>) {
+        self.dirty.lock().entry(f.id).or_insert_with(|| f.clone());
+    }
+
+    /// Uncommitted records (for the sweep's backlog rule).
+    pub fn backlog(&self) -> usize {
+        let files: Vec<Arc<FileSums>> = self.dirty.lock().values().cloned().collect();
+        files.iter().map(|f| f.state.lock().dirty.len()).sum()
+    }
+
+    /// Files with uncommitted checksums.
+    pub fn dirty_files(&self) -> usize {
+        self.dirty.lock().len()
+    }
+
+    /// Commits every uncommitted change to every store, durably, as one generation. Returns
+    /// the legs whose store could not be written (the caller drops them).
+    pub fn commit(&self) -> Vec<(usize, io::Error)> {
+        let _c = self.commit_lock.lock();
+        let files: Vec<Arc<FileSums>> = self.dirty.lock().drain().map(|(_, f)| f).collect();
+        if files.is_empty() {
+            return Vec::new();
+        }
+        let changes: Vec<FileChange> = files.iter().filter_map(|f| f.take_change()).collect();
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        let stores: Vec<(usize, Arc<Store>)> = self
+            .stores
+            .read()
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.clone().map(|s| (i, s)))
+            .collect();
+        let mut failed = Vec::new();
+        for (slot, s) in &stores {
+            if let Err(e) = s.commit(&changes, generation) {
+                failed.push((*slot, e));
+            }
+        }
+        if failed.len() == stores.len() && !stores.is_empty() {
+            // Nothing was written: keep the changes for the next try.
+            for f in &files {
+                f.restore_change();
+                self.mark_dirty(f);
+            }
+        }
+        for f in &files {
+            f.trim_cache();
+        }
+        self.counters.commits.fetch_add(1, Ordering::Relaxed);
+        failed
+    }
+
+    /// Commits the full checksums of file `id` (rehashed from a leg's copy after a crash, or
+    /// for a file from before checksums), replacing whatever the store had.
+    pub fn record_whole(&self, id: u64, sums: Vec<Sum>) {
+        let f = {
+            let mut live = self.live.lock();
+            match live.get(&id).and_then(Weak::upgrade) {
+                Some(f) => f,
+                None => {
+                    let f = Arc::new(FileSums::new(id, true));
+                    live.insert(id, Arc::downgrade(&f));
+                    f
+                }
+            }
+        };
+        {
+            let mut st = f.state.lock();
+            st.chunks.clear();
+            st.dirty.clear();
+            st.drop_from = Some(0);
+            st.fresh = true;
+            st.deleted = false;
+            st.changed = true;
+            for (n, c) in sums.chunks(CHUNK_BLOCKS as usize).enumerate() {
+                let mut v = c.to_vec();
+                v.resize(CHUNK_BLOCKS as usize, zero_sum());
+                st.chunks.insert(n as u64, v);
+                st.dirty.insert(n as u64);
+            }
+        }
+        self.mark_dirty(&f);
+    }
+
+    /// Files whose covered records are stored (all stores alike): files, records.
+    pub fn stored_counts(&self) -> Option<(u64, u64)> {
+        self.reader()?.counts().ok()
+    }
+
+    /// Notes a damaged range (no leg holds it as written).
+    pub fn record_damage(&self, id: u64, path: String, offset: u64, len: u64) {
+        let mut d = self.damaged.lock();
+        let e = d.entry(id).or_insert_with(|| Damage {
+            path: path.clone(),
+            ranges: Vec::new(),
+        });
+        e.path = path;
+        if !e.ranges.contains(&(offset, len)) {
+            e.ranges.push((offset, len));
+        }
+    }
+
+    /// The file was rewritten over `offset..offset + len`, or removed (`None`): its damage
+    /// there is gone.
+    pub fn clear_damage(&self, id: u64, range: Option<(u64, u64)>) {
+        let mut d = self.damaged.lock();
+        let Some(e) = d.get_mut(&id) else { return };
+        match range {
+            None => {
+                d.remove(&id);
+            }
+            Some((o, l)) => {
+                e.ranges
+                    .retain(|&(ro, rl)| !(ro >= o && ro + rl <= o.saturating_add(l)));
+                if e.ranges.is_empty() {
+                    d.remove(&id);
+                }
+            }
+        }
+    }
+
+    /// Forgets every damaged file (`mirrorfs status --clear`).
+    pub fn clear_all_damage(&self) {
+        self.damaged.lock().clear();
+    }
+
+    /// The damaged files.
+    pub fn damaged(&self) -> Vec<Damage> {
+        self.damaged.lock().values().cloned().collect()
+    }
+
+    /// The store of leg `slot`, if it has one.
+    pub fn store(&self, slot: usize) -> Option<Arc<Store>> {
+        self.stores.read().get(slot).and_then(|s| s.clone())
+    }
+}
+
+/// One file's checksums in memory: the records read from the store so far and the ones
+/// changed since the last commit.
+pub struct FileSums {
+    pub id: u64,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Records in memory (each [`CHUNK_BLOCKS`] long).
+    chunks: HashMap<u64, Vec<Sum>>,
+    /// Records changed since the last commit.
+    dirty: BTreeSet<u64>,
+    /// Stored records from this number on are gone (truncated) at the next commit.
+    drop_from: Option<u64>,
+    /// The store holds nothing for this file that still counts (new, or rewritten whole).
+    fresh: bool,
+    /// Removed: the store's records go at the next commit, and nothing is verified.
+    deleted: bool,
+    /// Something to commit (records, a truncation, a removal, or a new file's record).
+    changed: bool,
+    /// What the last [`FileSums::take_change`] took, until the commit is known to be written.
+    taken: Option<(BTreeSet<u64>, Option<u64>)>,
+}
+
+impl FileSums {
+    fn new(id: u64, fresh: bool) -> FileSums {
+        FileSums {
+            id,
+            state: Mutex::new(State {
+                fresh,
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn load<'a>(&self, ig: &Integrity, st: &'a mut State, n: u64) -> io::Result<&'a mut Vec<Sum>> {
+        if !st.chunks.contains_key(&n) {
+            let from_store = !st.fresh && st.drop_from.is_none_or(|d| n < d);
+            let c = match (from_store, ig.reader()) {
+                (true, Some(s)) => s.chunk(self.id, n)?,
+                _ => vec![zero_sum(); CHUNK_BLOCKS as usize],
+            };
+            st.chunks.insert(n, c);
+        }
+        Ok(st.chunks.get_mut(&n).expect("inserted"))
+    }
+
+    /// Whether the file was removed (nothing to verify).
+    pub fn is_deleted(&self) -> bool {
+        self.state.lock().deleted
+    }
+
+    /// Checks `data`, read at block boundary `offset`. `short`: the read returned less than
+    /// asked (the copy ends there), so the block after it must be past the end of the file
+    /// too.
+    pub fn verify(
+        &self,
+        ig: &Integrity,
+        offset: u64,
+        data: &[u8],
+        short: bool,
+    ) -> io::Result<Verdict> {
+        debug_assert_eq!(offset % sum::BLOCK, 0);
+        let mut st = self.state.lock();
+        if st.deleted {
+            return Ok(Verdict::Unknown);
+        }
+        let first = offset / sum::BLOCK;
+        let mut bad = Vec::new();
+        let mut n = 0u64;
+        for (i, b) in data.chunks(sum::BLOCK as usize).enumerate() {
+            let block = first + i as u64;
+            let (c, k) = chunk_of(block);
+            if self.load(ig, &mut st, c)?[k] != sum::sum(b) {
+                bad.push(block);
+            }
+            n += 1;
+        }
+        if short && (data.len() as u64).is_multiple_of(sum::BLOCK) {
+            // The copy ends exactly at a block boundary: the next block must be beyond the
+            // end of the file (zero), or the copy is missing data.
+            let block = first + n;
+            let (c, k) = chunk_of(block);
+            if self.load(ig, &mut st, c)?[k] != zero_sum() {
+                bad.push(block);
+            }
+        }
+        ig.counters
+            .verified_blocks
+            .fetch_add(n - bad.len().min(n as usize) as u64, Ordering::Relaxed);
+        Ok(if bad.is_empty() {
+            Verdict::Good
+        } else {
+            Verdict::Bad(bad)
+        })
+    }
+
+    /// The checksum block `block` should have.
+    pub fn expected(&self, ig: &Integrity, block: u64) -> io::Result<Sum> {
+        let mut st = self.state.lock();
+        let (c, k) = chunk_of(block);
+        Ok(self.load(ig, &mut st, c)?[k])
+    }
+
+    /// Blocks from `first` on now hold data with these checksums.
+    pub fn set(self: &Arc<Self>, ig: &Integrity, first: u64, sums: &[Sum]) -> io::Result<()> {
+        {
+            let mut st = self.state.lock();
+            for (i, s) in sums.iter().enumerate() {
+                let (c, k) = chunk_of(first + i as u64);
+                self.load(ig, &mut st, c)?[k] = *s;
+                st.dirty.insert(c);
+            }
+            st.changed = true;
+        }
+        ig.mark_dirty(self);
+        ig.clear_damage(
+            self.id,
+            Some((first * sum::BLOCK, sums.len() as u64 * sum::BLOCK)),
+        );
+        Ok(())
+    }
+
+    /// The file is now `size` bytes long; `tail` is the new checksum of the block holding the
+    /// end (when the end is inside a block).
+    pub fn truncate(
+        self: &Arc<Self>,
+        ig: &Integrity,
+        size: u64,
+        tail: Option<Sum>,
+    ) -> io::Result<()> {
+        {
+            let mut st = self.state.lock();
+            // Blocks from `end` on are zero.
+            let end = sum::align_up(size) / sum::BLOCK;
+            let (c, k) = chunk_of(end);
+            if k > 0 {
+                let chunk = self.load(ig, &mut st, c)?;
+                for s in &mut chunk[k..] {
+                    *s = zero_sum();
+                }
+                st.dirty.insert(c);
+            }
+            let keep = if k > 0 { c + 1 } else { c };
+            st.chunks.retain(|&n, _| n < keep);
+            st.dirty.retain(|&n| n < keep);
+            st.drop_from = Some(st.drop_from.map_or(keep, |d| d.min(keep)));
+            if let Some(t) = tail {
+                let (c, k) = chunk_of(size / sum::BLOCK);
+                self.load(ig, &mut st, c)?[k] = t;
+                st.dirty.insert(c);
+            }
+            st.changed = true;
+        }
+        ig.mark_dirty(self);
+        Ok(())
+    }
+
+    /// The file is gone: its records go at the next commit.
+    pub fn delete(self: &Arc<Self>, ig: &Integrity) {
+        {
+            let mut st = self.state.lock();
+            st.deleted = true;
+            st.changed = true;
+            st.chunks.clear();
+            st.dirty.clear();
+        }
+        ig.mark_dirty(self);
+        ig.clear_damage(self.id, None);
+    }
+
+    fn take_change(&self) -> Option<FileChange> {
+        let mut st = self.state.lock();
+        if !st.changed {
+            return None;
+        }
+        st.changed = false;
+        let dirty = std::mem::take(&mut st.dirty);
+        let drop_from = st.drop_from.take();
+        let chunks = dirty
+            .iter()
+            .filter_map(|n| st.chunks.get(n).map(|c| (*n, c.clone())))
+            .collect();
+        st.taken = Some((dirty, drop_from));
+        if !st.deleted {
+            // Committed: what the store holds counts from now on.
+            st.fresh = false;
+        }
+        Some(FileChange {
+            id: self.id,
+            delete: st.deleted,
+            drop_from: if st.deleted { None } else { drop_from },
+            chunks: if st.deleted { Vec::new() } else { chunks },
+        })
+    }
+
+    fn restore_change(&self) {
+        let mut st = self.state.lock();
+        if let Some((dirty, drop_from)) = st.taken.take() {
+            st.dirty.extend(dirty);
+            st.drop_from = match (st.drop_from, drop_from) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            st.changed = true;
+        }
+    }
+
+    fn trim_cache(&self) {
+        let mut st = self.state.lock();
+        st.taken = None;
+        if st.chunks.len() > CACHED_CHUNKS && st.dirty.is_empty() && st.drop_from.is_none() {
+            st.chunks.clear();
+        }
+    }
+}
+
+/// Opens a leg's store and reads its generation, waiting up to 5 s while it is busy (the
+/// previous daemon of this mirror may still be letting go of it after an unmount).
+fn open_waiting(root: &Path) -> io::Result<(Store, u64)> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        match Store::open(root).and_then(|s| s.generation().map(|g| (s, g))) {
+            Err(e)
+                if e.kind() == io::ErrorKind::ResourceBusy
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            r => return r,
+        }
+    }
+}
+
+/// The checksums of a whole file, read through `fd` (after a crash, or for a file from before
+/// checksums). Reads 1 MiB at a time.
+pub fn hash_fd(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<Vec<Sum>> {
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; sum::CHUNK_BYTES as usize];
+    let mut off = 0u64;
+    loop {
+        let n = crate::sys::fd::pread_full(fd, &mut buf, off)
+            .map_err(|e| io::Error::from_raw_os_error(e.code()))?;
+        out.extend(sum::sums_of(&buf[..n]));
+        if n < buf.len() {
+            return Ok(out);
+        }
+        off += n as u64;
+    }
+}
+
+/// The identity of the file open as `fd` (None: it has none, or it is not readable).
+pub fn id_of(fd: std::os::fd::BorrowedFd<'_>) -> Option<u64> {
+    let (v, _) = crate::sys::xattr::get(fd, ID_XATTR, 8).ok()?;
+    id_from(&v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sum::{sum, BLOCK};
+    use super::*;
+
+    fn mount(n: usize) -> (Vec<tempfile::TempDir>, Integrity) {
+        let dirs: Vec<tempfile::TempDir> = (0..n)
+            .map(|_| {
+                let d = tempfile::tempdir().unwrap();
+                std::fs::create_dir(d.path().join(crate::meta::META_DIR)).unwrap();
+                d
+            })
+            .collect();
+        let ig = Integrity::new(true, n);
+        let legs: Vec<(usize, PathBuf)> = dirs
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (i, d.path().to_path_buf()))
+            .collect();
+        let (failed, _) = ig.open_stores(&legs);
+        assert!(failed.is_empty());
+        (dirs, ig)
+    }
+
+    fn block(byte: u8) -> Vec<u8> {
+        vec![byte; BLOCK as usize]
+    }
+
+    #[test]
+    fn written_blocks_verify_and_others_do_not() {
+        let (_d, ig) = mount(2);
+        let f = ig.new_file(11);
+        let data = [block(1), block(2), b"tail".to_vec()].concat();
+        f.set(&ig, 0, &sum::sums_of(&data)).unwrap();
+        assert_eq!(f.verify(&ig, 0, &data, true).unwrap(), Verdict::Good);
+        let mut rotten = data.clone();
+        rotten[BLOCK as usize + 17] ^= 0x40;
+        assert_eq!(
+            f.verify(&ig, 0, &rotten, true).unwrap(),
+            Verdict::Bad(vec![1])
+        );
+        // A copy that lost its last block: short, and the next block is not zero.
+        assert_eq!(
+            f.verify(&ig, 0, &data[..2 * BLOCK as usize], true).unwrap(),
+            Verdict::Bad(vec![2])
+        );
+        // Past the end: zeros.
+        assert_eq!(f.verify(&ig, 3 * BLOCK, &[], true).unwrap(), Verdict::Good);
+    }
+
+    #[test]
+    fn commits_reach_every_store_and_survive_a_remount() {
+        let (dirs, ig) = mount(2);
+        let f = ig.new_file(5);
+        let data: Vec<u8> = (0..3 * CHUNK_BLOCKS * BLOCK / 2)
+            .map(|i| (i % 251) as u8)
+            .collect();
+        f.set(&ig, 0, &sum::sums_of(&data)).unwrap();
+        assert!(ig.backlog() > 0);
+        assert!(ig.commit().is_empty());
+        assert_eq!(ig.backlog(), 0);
+        for s in [ig.store(0).unwrap(), ig.store(1).unwrap()] {
+            assert!(s.has_file(5).unwrap());
+            assert_eq!(s.generation().unwrap(), 1);
+        }
+        drop(f);
+        drop(ig);
+        let ig = Integrity::new(true, 2);
+        let legs: Vec<(usize, PathBuf)> = dirs
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (i, d.path().to_path_buf()))
+            .collect();
+        ig.open_stores(&legs);
+        let f = ig.file(5).unwrap().expect("covered");
+        assert_eq!(f.verify(&ig, 0, &data, true).unwrap(), Verdict::Good);
+        assert!(ig.file(6).unwrap().is_none());
+    }
+
+    #[test]
+    fn truncation_zeroes_the_tail_and_drops_records() {
+        let (_d, ig) = mount(1);
+        let f = ig.new_file(9);
+        let data: Vec<u8> = (0..2 * CHUNK_BLOCKS * BLOCK)
+            .map(|i| (i % 13) as u8 + 1)
+            .collect();
+        f.set(&ig, 0, &sum::sums_of(&data)).unwrap();
+        ig.commit();
+        // Cut inside block 3: block 3 keeps 100 bytes.
+        let size = 3 * BLOCK + 100;
+        let tail = sum(&data[3 * BLOCK as usize..size as usize]);
+        f.truncate(&ig, size, Some(tail)).unwrap();
+        ig.commit();
+        let fresh = Arc::new(FileSums::new(9, false));
+        assert_eq!(
+            fresh.verify(&ig, 0, &data[..size as usize], true).unwrap(),
+            Verdict::Good
+        );
+        assert_eq!(fresh.expected(&ig, CHUNK_BLOCKS + 5).unwrap(), zero_sum());
+        assert_eq!(ig.stored_counts(), Some((1, 1)));
+    }
+
+    #[test]
+    fn a_removed_file_leaves_nothing_and_verifies_nothing() {
+        let (_d, ig) = mount(2);
+        let f = ig.new_file(3);
+        f.set(&ig, 0, &[sum(&block(7))]).unwrap();
+        ig.commit();
+        f.delete(&ig);
+        assert_eq!(
+            f.verify(&ig, 0, &block(8), false).unwrap(),
+            Verdict::Unknown
+        );
+        ig.commit();
+        assert_eq!(ig.stored_counts(), Some((0, 0)));
+        assert!(ig.file(3).unwrap().is_none() || ig.file(3).unwrap().unwrap().is_deleted());
+    }
+
+    #[test]
+    fn a_lost_or_older_store_is_rebuilt_from_the_newest() {
+        let (dirs, ig) = mount(2);
+        let f = ig.new_file(1);
+        f.set(&ig, 0, &[sum(&block(3))]).unwrap();
+        ig.commit();
+        drop(f);
+        drop(ig);
+        std::fs::remove_file(store::store_path(dirs[1].path())).unwrap();
+        let ig = Integrity::new(true, 2);
+        let legs: Vec<(usize, PathBuf)> = dirs
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (i, d.path().to_path_buf()))
+            .collect();
+        let (failed, notes) = ig.open_stores(&legs);
+        assert!(failed.is_empty());
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(ig.store(1).unwrap().has_file(1).unwrap());
+    }
+
+    #[test]
+    fn a_whole_file_recorded_again_replaces_what_was_there() {
+        let (_d, ig) = mount(1);
+        let f = ig.new_file(8);
+        f.set(&ig, 0, &[sum(&block(1)), sum(&block(2))]).unwrap();
+        ig.commit();
+        // Known and not known in memory alike.
+        ig.record_whole(8, vec![sum(&block(3))]);
+        ig.record_whole(9, vec![sum(&block(4))]);
+        assert!(ig.commit().is_empty());
+        assert_eq!(f.verify(&ig, 0, &block(3), true).unwrap(), Verdict::Good);
+        let g = ig.file(9).unwrap().expect("recorded");
+        assert_eq!(g.verify(&ig, 0, &block(4), true).unwrap(), Verdict::Good);
+    }
+
+    #[test]
+    fn damage_is_listed_until_rewritten() {
+        let (_d, ig) = mount(1);
+        let f = ig.new_file(4);
+        ig.record_damage(4, "a/b".into(), 4096, 4096);
+        assert_eq!(ig.damaged().len(), 1);
+        f.set(&ig, 1, &[sum(&block(1))]).unwrap();
+        assert!(ig.damaged().is_empty());
+    }
+}

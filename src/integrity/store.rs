@@ -1,0 +1,364 @@
+//! The checksum store of one leg: `.mirrorfs/checksums.redb`, a redb database (ACID, its own
+//! commits checksummed), so a crash leaves either the last commit or the one before it.
+//!
+//! Every in-sync leg's store holds the same records: file identities are the same on every
+//! leg (an xattr, see [`super::ID_XATTR`]) and the data is the same. So one leg with its store
+//! can be verified alone, and a lost store is rebuilt by copying another leg's. The format,
+//! byte for byte, is in `docs/integrity.md`:
+//!
+//! - table `meta` (`&str` → `u64`): `format` = [`FORMAT`], `block_size` = 4096, `algorithm` = 1
+//!   (CRC-32C), `generation` (one more at every commit; the same on every in-sync leg).
+//! - table `files` (`u64` file id → `u64` generation of the commit that first recorded it): the
+//!   files whose data is covered. A file without a record is not covered (not verified).
+//! - table `sums` (`(u64 file id, u64 record number)` → bytes): the checksums of blocks
+//!   `256 * n .. 256 * n + 255`, 4 bytes each, little-endian; a record that is absent is 256
+//!   blocks of zeros (a hole, or past the end of the file), and so is a short record's tail.
+
+use super::sum::{zero_sum, Sum, CHUNK_BLOCKS};
+use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// The store's file name inside a leg's `.mirrorfs/`.
+pub const STORE_FILE: &str = "checksums.redb";
+/// The version of the layout above.
+pub const FORMAT: u64 = 1;
+/// `algorithm` in `meta`: CRC-32C.
+pub const ALGORITHM_CRC32C: u64 = 1;
+
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+const FILES: TableDefinition<u64, u64> = TableDefinition::new("files");
+const SUMS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("sums");
+
+fn err(what: &str, path: &Path, e: impl std::fmt::Display) -> io::Error {
+    io::Error::other(format!("checksum store '{}': {what}: {e}", path.display()))
+}
+
+/// What one commit changes for one file.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FileChange {
+    pub id: u64,
+    /// The file is gone: its record and sums are removed (the rest is ignored).
+    pub delete: bool,
+    /// Records from this number on are removed first (a truncation).
+    pub drop_from: Option<u64>,
+    /// Records to write (an all-zero record is removed instead).
+    pub chunks: Vec<(u64, Vec<Sum>)>,
+}
+
+/// One leg's store.
+pub struct Store {
+    db: Database,
+    path: PathBuf,
+}
+
+/// The store's path under a leg root.
+pub fn store_path(leg_root: &Path) -> PathBuf {
+    leg_root.join(crate::meta::META_DIR).join(STORE_FILE)
+}
+
+fn encode(sums: &[Sum]) -> Vec<u8> {
+    sums.iter().flat_map(|s| s.to_le_bytes()).collect()
+}
+
+fn decode(bytes: &[u8]) -> Vec<Sum> {
+    let mut v: Vec<Sum> = bytes
+        .chunks_exact(4)
+        .map(|b| Sum::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    v.resize(CHUNK_BLOCKS as usize, zero_sum());
+    v
+}
+
+impl Store {
+    /// Opens the store of the leg at `leg_root`, creating an empty one if there is none.
+    /// A store of another format or block size is an error (never rewritten).
+    pub fn open(leg_root: &Path) -> io::Result<Store> {
+        let path = store_path(leg_root);
+        // Only root reads or writes it (the daemon's umask is 0).
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .mode(0o600)
+                .open(&path)
+                .map_err(|e| err("create", &path, e))?;
+        }
+        let db = Database::create(&path).map_err(|e| {
+            use redb::{DatabaseError as D, StorageError as S};
+            let kind = match &e {
+                // Another mirrorfs (or one still unmounting) holds it.
+                D::DatabaseAlreadyOpen | D::LockProtocolMismatch => io::ErrorKind::ResourceBusy,
+                D::UpgradeRequired(_) => io::ErrorKind::Unsupported,
+                D::Storage(S::Io(e)) if e.kind() != io::ErrorKind::UnexpectedEof => e.kind(),
+                // Not a store, or a damaged one: only this may be rebuilt from another leg.
+                _ => io::ErrorKind::InvalidData,
+            };
+            io::Error::new(
+                kind,
+                format!("checksum store '{}': open: {e}", path.display()),
+            )
+        })?;
+        let s = Store { db, path };
+        s.init()?;
+        Ok(s)
+    }
+
+    fn init(&self) -> io::Result<()> {
+        let p = &self.path;
+        let tx = self.db.begin_write().map_err(|e| err("begin", p, e))?;
+        {
+            let mut meta = tx.open_table(META).map_err(|e| err("meta", p, e))?;
+            let want = [
+                ("format", FORMAT),
+                ("block_size", super::sum::BLOCK),
+                ("algorithm", ALGORITHM_CRC32C),
+            ];
+            for (k, v) in want {
+                let have = meta
+                    .get(k)
+                    .map_err(|e| err("meta", p, e))?
+                    .map(|g| g.value());
+                match have {
+                    None => {
+                        meta.insert(k, v).map_err(|e| err("meta", p, e))?;
+                    }
+                    Some(h) if h == v => {}
+                    Some(h) => {
+                        return Err(err(
+                            "incompatible",
+                            p,
+                            format!("{k} is {h}, this mirrorfs writes {v}"),
+                        ))
+                    }
+                }
+            }
+            tx.open_table(FILES).map_err(|e| err("files", p, e))?;
+            tx.open_table(SUMS).map_err(|e| err("sums", p, e))?;
+        }
+        tx.commit().map_err(|e| err("commit", p, e))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The generation of the last commit (0 for a new store).
+    pub fn generation(&self) -> io::Result<u64> {
+        let p = &self.path;
+        let tx = self.db.begin_read().map_err(|e| err("read", p, e))?;
+        let meta = tx.open_table(META).map_err(|e| err("meta", p, e))?;
+        let g = meta.get("generation").map_err(|e| err("meta", p, e))?;
+        Ok(g.map_or(0, |g| g.value()))
+    }
+
+    /// Whether file `id` is covered.
+    pub fn has_file(&self, id: u64) -> io::Result<bool> {
+        let p = &self.path;
+        let tx = self.db.begin_read().map_err(|e| err("read", p, e))?;
+        let files = tx.open_table(FILES).map_err(|e| err("files", p, e))?;
+        let r = files.get(id).map_err(|e| err("files", p, e))?;
+        Ok(r.is_some())
+    }
+
+    /// The checksums of record `chunk` of file `id` ([`CHUNK_BLOCKS`] of them).
+    pub fn chunk(&self, id: u64, chunk: u64) -> io::Result<Vec<Sum>> {
+        let p = &self.path;
+        let tx = self.db.begin_read().map_err(|e| err("read", p, e))?;
+        let sums = tx.open_table(SUMS).map_err(|e| err("sums", p, e))?;
+        let r = sums.get((id, chunk)).map_err(|e| err("sums", p, e))?;
+        Ok(match r {
+            Some(v) => decode(v.value()),
+            None => vec![zero_sum(); CHUNK_BLOCKS as usize],
+        })
+    }
+
+    /// How many files are covered, and how many records the store holds.
+    pub fn counts(&self) -> io::Result<(u64, u64)> {
+        let p = &self.path;
+        let tx = self.db.begin_read().map_err(|e| err("read", p, e))?;
+        let files = tx.open_table(FILES).map_err(|e| err("files", p, e))?;
+        let sums = tx.open_table(SUMS).map_err(|e| err("sums", p, e))?;
+        Ok((
+            files.len().map_err(|e| err("files", p, e))?,
+            sums.len().map_err(|e| err("sums", p, e))?,
+        ))
+    }
+
+    /// Every covered file id (for the scrub's check of orphan records).
+    pub fn file_ids(&self) -> io::Result<Vec<u64>> {
+        let p = &self.path;
+        let tx = self.db.begin_read().map_err(|e| err("read", p, e))?;
+        let files = tx.open_table(FILES).map_err(|e| err("files", p, e))?;
+        let mut out = Vec::new();
+        for r in files.iter().map_err(|e| err("files", p, e))? {
+            let (k, _) = r.map_err(|e| err("files", p, e))?;
+            out.push(k.value());
+        }
+        Ok(out)
+    }
+
+    /// Applies `changes` in one durable transaction and records `generation`.
+    pub fn commit(&self, changes: &[FileChange], generation: u64) -> io::Result<()> {
+        let p = &self.path;
+        let tx = self.db.begin_write().map_err(|e| err("begin", p, e))?;
+        {
+            let mut files = tx.open_table(FILES).map_err(|e| err("files", p, e))?;
+            let mut sums = tx.open_table(SUMS).map_err(|e| err("sums", p, e))?;
+            let zero = zero_sum();
+            for c in changes {
+                if c.delete || c.drop_from.is_some() {
+                    let from = if c.delete {
+                        0
+                    } else {
+                        c.drop_from.unwrap_or(0)
+                    };
+                    sums.retain_in((c.id, from)..=(c.id, u64::MAX), |_, _| false)
+                        .map_err(|e| err("sums", p, e))?;
+                }
+                if c.delete {
+                    files.remove(c.id).map_err(|e| err("files", p, e))?;
+                    continue;
+                }
+                if files.get(c.id).map_err(|e| err("files", p, e))?.is_none() {
+                    files
+                        .insert(c.id, generation)
+                        .map_err(|e| err("files", p, e))?;
+                }
+                for (n, chunk) in &c.chunks {
+                    // Trailing zero sums are implied: store up to the last non-zero one.
+                    let keep = chunk.iter().rposition(|&s| s != zero).map_or(0, |i| i + 1);
+                    if keep == 0 {
+                        sums.remove((c.id, *n)).map_err(|e| err("sums", p, e))?;
+                    } else {
+                        sums.insert((c.id, *n), encode(&chunk[..keep]).as_slice())
+                            .map_err(|e| err("sums", p, e))?;
+                    }
+                }
+            }
+            let mut meta = tx.open_table(META).map_err(|e| err("meta", p, e))?;
+            meta.insert("generation", generation)
+                .map_err(|e| err("meta", p, e))?;
+        }
+        tx.commit().map_err(|e| err("commit", p, e))
+    }
+}
+
+/// Replaces the store under `to` with a copy of `from`'s file (written beside it, flushed,
+/// renamed over): rebuilding a lost store, or giving a leg that joins the mirror the records
+/// of the data it was given. The caller holds off commits to `from` meanwhile.
+pub fn copy_store(from: &Path, to_root: &Path) -> io::Result<()> {
+    let to = store_path(to_root);
+    let tmp = to.with_extension("redb.tmp");
+    std::fs::copy(from, &tmp)?;
+    std::fs::File::open(&tmp)?.sync_all()?;
+    std::fs::rename(&tmp, &to)?;
+    std::fs::File::open(to.parent().unwrap_or(to_root))?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leg() -> tempfile::TempDir {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join(crate::meta::META_DIR)).unwrap();
+        d
+    }
+
+    #[test]
+    fn records_round_trip_and_truncation_drops_the_tail() {
+        let d = leg();
+        let s = Store::open(d.path()).unwrap();
+        assert_eq!(s.generation().unwrap(), 0);
+        assert!(!s.has_file(7).unwrap());
+        let mut c0 = vec![zero_sum(); CHUNK_BLOCKS as usize];
+        c0[3] = 42;
+        let c1 = vec![9; CHUNK_BLOCKS as usize];
+        let change = FileChange {
+            id: 7,
+            chunks: vec![(0, c0.clone()), (1, c1.clone()), (2, c1.clone())],
+            ..Default::default()
+        };
+        s.commit(&[change], 1).unwrap();
+        assert!(s.has_file(7).unwrap());
+        assert_eq!(s.chunk(7, 0).unwrap(), c0);
+        assert_eq!(s.chunk(7, 1).unwrap(), c1);
+        assert_eq!(s.generation().unwrap(), 1);
+        assert_eq!(s.counts().unwrap(), (1, 3));
+        let cut = FileChange {
+            id: 7,
+            drop_from: Some(1),
+            ..Default::default()
+        };
+        s.commit(&[cut], 2).unwrap();
+        assert_eq!(
+            s.chunk(7, 1).unwrap(),
+            vec![zero_sum(); CHUNK_BLOCKS as usize]
+        );
+        assert_eq!(s.counts().unwrap(), (1, 1));
+        drop(s);
+        // Reopened: the same.
+        let s = Store::open(d.path()).unwrap();
+        assert_eq!(s.chunk(7, 0).unwrap(), c0);
+        assert_eq!(s.file_ids().unwrap(), vec![7]);
+        s.commit(
+            &[FileChange {
+                id: 7,
+                delete: true,
+                ..Default::default()
+            }],
+            3,
+        )
+        .unwrap();
+        assert_eq!(s.counts().unwrap(), (0, 0));
+    }
+
+    #[test]
+    fn a_copied_store_has_the_same_records() {
+        let (a, b) = (leg(), leg());
+        let s = Store::open(a.path()).unwrap();
+        let change = FileChange {
+            id: 1,
+            chunks: vec![(0, vec![5; CHUNK_BLOCKS as usize])],
+            ..Default::default()
+        };
+        s.commit(&[change], 4).unwrap();
+        copy_store(s.path(), b.path()).unwrap();
+        let t = Store::open(b.path()).unwrap();
+        assert_eq!(t.generation().unwrap(), 4);
+        assert_eq!(t.chunk(1, 0).unwrap(), vec![5; CHUNK_BLOCKS as usize]);
+    }
+
+    #[test]
+    fn a_store_in_use_is_busy_not_damaged() {
+        let d = leg();
+        let _held = Store::open(d.path()).unwrap();
+        let e = Store::open(d.path()).err().expect("refused");
+        assert_eq!(e.kind(), io::ErrorKind::ResourceBusy, "{e}");
+    }
+
+    #[test]
+    fn only_its_owner_may_read_or_write_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = leg();
+        // (Under the tests' umask a default-mode file would be 0644; the daemon's is 0.)
+        let s = Store::open(d.path()).unwrap();
+        let mode = std::fs::metadata(s.path()).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[test]
+    fn garbage_is_refused_not_overwritten() {
+        let d = leg();
+        std::fs::write(store_path(d.path()), b"not a database at all").unwrap();
+        let e = Store::open(d.path()).err().expect("refused");
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
+        assert_eq!(
+            std::fs::read(store_path(d.path())).unwrap(),
+            b"not a database at all"
+        );
+    }
+}
