@@ -39,6 +39,37 @@ pub struct Stats {
     pub resync: Option<ScanStats>,
     /// Scrub progress, when a scrub is running or has run since the mount.
     pub scrub: Option<ScanStats>,
+    /// Checksums (`-o checksum`); null when off.
+    #[serde(default)]
+    pub integrity: Option<IntegrityStats>,
+}
+
+/// The checksums' figures (see `docs/integrity.md`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct IntegrityStats {
+    /// Files whose checksums are in the stores.
+    pub files_covered: u64,
+    /// Records of 256 checksums (1 MiB of data each) in a store.
+    pub records: u64,
+    /// Size of the metadata leg's store file, bytes.
+    pub store_bytes: u64,
+    /// Files with checksums not committed yet (committed by the sweep within seconds).
+    pub files_pending: u64,
+    /// Blocks read from a leg and found as written, since the mount.
+    pub verified_blocks: u64,
+    /// Files whose checksums crash recovery computed again at this mount.
+    pub crash_resolved: u64,
+    /// Files no leg holds as written somewhere (reads there fail with EIO) until they are
+    /// rewritten there or removed, or the list is cleared (`stats_reset`).
+    pub damaged: Vec<DamagedFile>,
+}
+
+/// A damaged file: its path and the byte ranges no leg holds as written.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct DamagedFile {
+    pub path: String,
+    /// `[offset, length]` pairs.
+    pub ranges: Vec<[u64; 2]>,
 }
 
 /// The state of the whole mount.

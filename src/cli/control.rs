@@ -110,7 +110,7 @@ pub fn stats(mount: &Path) -> Result<Stats, (i32, String)> {
 }
 
 /// Sends a command through a writable key; prints one line and returns the exit status.
-fn command(mount: &Path, key: &str, value: &[u8], what: &str) -> i32 {
+pub fn command(mount: &Path, key: &str, value: &[u8], what: &str) -> i32 {
     let Some(file) = control_file(mount) else {
         let (code, e) = not_a_mount(mount);
         eprintln!("mirrorfs: {e}");

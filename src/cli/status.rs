@@ -1,6 +1,7 @@
-//! `mirrorfs status [--json] [MOUNT...]`: a `zpool status`-like report, and an exit status
-//! monitoring can use: 0 every leg online and no errors, 1 degraded or errors counted,
-//! 2 usage error or not a mirrorfs mount.
+//! `mirrorfs status [--json] [--clear] [MOUNT...]`: a `zpool status`-like report, and an exit
+//! status monitoring can use: 0 every leg online and no errors, 1 degraded, errors counted or
+//! damaged files, 2 usage error or not a mirrorfs mount. `--clear` first zeroes the counters
+//! and the damaged-file list (`stats_reset`, root only), as `zpool clear` does.
 
 use super::control::{self, EXIT_USAGE};
 use super::format::{human_bytes, human_duration, scan_line};
@@ -155,6 +156,38 @@ pub fn render(st: &Stats) -> String {
             format!("{errors} I/O or checksum error(s) counted on the legs; no data lost while another leg was in sync")
         }
     );
+    if let Some(ig) = &st.integrity {
+        if !ig.damaged.is_empty() {
+            let _ = writeln!(
+                o,
+                "        Permanent errors in the following files (no leg holds these bytes as \
+                 written; reading them fails with EIO until they are rewritten):\n"
+            );
+            for d in &ig.damaged {
+                let ranges: Vec<String> = d
+                    .ranges
+                    .iter()
+                    .map(|[off, len]| format!("{off}..{}", off + len))
+                    .collect();
+                let _ = writeln!(o, "\t{}  (bytes {})", d.path, ranges.join(", "));
+            }
+            let _ = writeln!(o);
+        }
+        let _ = writeln!(
+            o,
+            "checksums: {} file(s) covered, {} of checksums; {} pending; {} block(s) verified \
+             since the mount{}",
+            ig.files_covered,
+            human_bytes(ig.store_bytes),
+            ig.files_pending,
+            ig.verified_blocks,
+            if ig.crash_resolved > 0 {
+                format!("; {} file(s) rehashed by crash recovery", ig.crash_resolved)
+            } else {
+                String::new()
+            }
+        );
+    }
     o
 }
 
@@ -163,7 +196,8 @@ pub fn health(st: &Stats) -> i32 {
     let errors = st
         .legs
         .iter()
-        .any(|l| l.read_errors + l.write_errors + l.checksum_errors > 0);
+        .any(|l| l.read_errors + l.write_errors + l.checksum_errors > 0)
+        || st.integrity.as_ref().is_some_and(|i| !i.damaged.is_empty());
     if st.state != MountState::Online || errors {
         1
     } else {
@@ -173,16 +207,18 @@ pub fn health(st: &Stats) -> i32 {
 
 pub fn run(args: &[String]) -> i32 {
     let mut json = false;
+    let mut clear = false;
     let mut mounts: Vec<PathBuf> = Vec::new();
     for a in args {
         match a.as_str() {
             "--json" | "-j" => json = true,
+            "--clear" => clear = true,
             "-h" | "--help" => {
-                println!("usage: mirrorfs status [--json] [MOUNT...]\n\nExit status: 0 every leg online and no errors, 1 degraded or errors, 2 usage error or not a mirrorfs mount.");
+                println!("usage: mirrorfs status [--json] [--clear] [MOUNT...]\n\n--clear zeroes the error counters and the damaged-file list first (root).\nExit status: 0 every leg online and no errors, 1 degraded, errors or damaged files, 2 usage error or not a mirrorfs mount.");
                 return 0;
             }
             s if s.starts_with('-') => {
-                eprintln!("mirrorfs: status: unknown flag '{s}' (usage: mirrorfs status [--json] [MOUNT...])");
+                eprintln!("mirrorfs: status: unknown flag '{s}' (usage: mirrorfs status [--json] [--clear] [MOUNT...])");
                 return EXIT_USAGE;
             }
             s => mounts.push(PathBuf::from(s)),
@@ -197,6 +233,13 @@ pub fn run(args: &[String]) -> i32 {
     }
     let mut worst = 0;
     for (i, m) in mounts.iter().enumerate() {
+        if clear {
+            let code = control::command(m, "stats_reset", b"1", "clear");
+            if code != 0 {
+                worst = worst.max(code);
+                continue;
+            }
+        }
         match control::stats(m) {
             Ok(st) => {
                 if json {

@@ -110,6 +110,14 @@ impl MirrorFs {
         }
     }
 
+    /// The blocks of `data` (read at `offset`, asking `len` bytes) that fail their checksums.
+    fn bad_blocks(&self, f: &FileSums, offset: u64, data: &[u8], len: usize) -> Vec<u64> {
+        match self.verdict(f, offset, data, len) {
+            Verdict::Bad(v) => v,
+            _ => Vec::new(),
+        }
+    }
+
     /// The range `offset..offset + len` (block-aligned) from the first in-sync leg whose copy
     /// verifies, with the legs that did not. Call with the data lock held.
     fn first_good(
@@ -140,7 +148,7 @@ impl MirrorFs {
         let (good, bad) = self.first_good(inode, f, block * BLOCK, BLOCK as usize);
         if let Some(g) = good {
             for b in &bad {
-                self.rewrite_copy(inode, b.leg, g.leg, block * BLOCK, &g.data);
+                self.rewrite_copy(inode, b.leg, g.leg, block * BLOCK, &g.data, &[block]);
             }
             return Ok(g.data);
         }
@@ -259,7 +267,8 @@ impl MirrorFs {
     }
 
     /// Writes `good` (from leg `from`) over leg `bad`'s copy at `offset`, checks the copy
-    /// again, and counts and logs the repair. The caller holds the data lock.
+    /// again, and counts and logs the repair; `blocks` are the blocks found bad (for the log).
+    /// The caller holds the data lock.
     fn rewrite_copy(
         &self,
         inode: &Arc<Inode>,
@@ -267,10 +276,15 @@ impl MirrorFs {
         from: LegIdx,
         offset: u64,
         good: &[u8],
+        blocks: &[u64],
     ) {
         let leg = self.mirror.leg(bad);
         leg.counters.checksum_errors.fetch_add(1, Ordering::Relaxed);
         let path = self.display_path(inode);
+        let (first, last) = match (blocks.first(), blocks.last()) {
+            (Some(&a), Some(&z)) => (a * BLOCK, (z + 1) * BLOCK),
+            _ => (offset, offset + good.len() as u64),
+        };
         let r = self
             .mirror
             .check_fault_file(bad, "repair", Some(inode.ino))
@@ -290,18 +304,16 @@ impl MirrorFs {
             Ok(()) => {
                 leg.counters.read_repairs.fetch_add(1, Ordering::Relaxed);
                 log::warn!(
-                    "leg {bad} ('{}'): checksum error in '{path}' at bytes {offset}..{}: \
+                    "leg {bad} ('{}'): checksum error in '{path}' at bytes {first}..{last}: \
                      repaired from leg {from}",
                     leg.path().display(),
-                    offset + good.len() as u64
                 );
             }
             Err(e) => {
                 log::error!(
-                    "leg {bad} ('{}'): checksum error in '{path}' at bytes {offset}..{}: the \
-                     repair failed ({e})",
+                    "leg {bad} ('{}'): checksum error in '{path}' at bytes {first}..{last}: \
+                     the repair failed ({e})",
                     leg.path().display(),
-                    offset + good.len() as u64
                 );
                 leg.counters.write_errors.fetch_add(1, Ordering::Relaxed);
                 self.mirror
@@ -329,12 +341,12 @@ impl MirrorFs {
         let Ok(now) = self.read_leg(inode, bad, offset, len) else {
             return;
         };
-        if !matches!(self.verdict(f, offset, &now, len), Verdict::Bad(_)) {
+        let Verdict::Bad(blocks) = self.verdict(f, offset, &now, len) else {
             return;
-        }
+        };
         let (good, _) = self.first_good(inode, f, offset, len);
         match good {
-            Some(g) => self.rewrite_copy(inode, bad, g.leg, offset, &g.data),
+            Some(g) => self.rewrite_copy(inode, bad, g.leg, offset, &g.data, &blocks),
             None => self.note_damage(inode, f, (offset, len as u64)),
         }
     }
@@ -355,11 +367,16 @@ impl MirrorFs {
         match good {
             Some(g) => {
                 for b in &bad {
-                    self.rewrite_copy(inode, b.leg, g.leg, offset, &g.data);
+                    let blocks = self.bad_blocks(f, offset, &b.data, len);
+                    self.rewrite_copy(inode, b.leg, g.leg, offset, &g.data, &blocks);
                 }
                 Ok(g.data)
             }
             None => {
+                for b in &bad {
+                    let c = &self.mirror.leg(b.leg).counters;
+                    c.checksum_errors.fetch_add(1, Ordering::Relaxed);
+                }
                 // Name the blocks that are bad on every leg.
                 let mut blocks: Option<Vec<u64>> = None;
                 for b in &bad {
@@ -413,7 +430,8 @@ impl MirrorFs {
                 return Err(Errno::EIO);
             };
             for b in &bad {
-                self.rewrite_copy(inode, b.leg, g.leg, offset, &g.data);
+                let blocks = self.bad_blocks(f, offset, &b.data, step);
+                self.rewrite_copy(inode, b.leg, g.leg, offset, &g.data, &blocks);
             }
             if g.data.len() < step {
                 return Ok(());

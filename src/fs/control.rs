@@ -401,6 +401,36 @@ impl MirrorFs {
         for leg in self.mirror.legs() {
             leg.counters.reset();
         }
+        self.mirror.integrity().clear_all_damage();
+    }
+
+    fn integrity_stats(&self) -> Option<crate::stats::IntegrityStats> {
+        let ig = self.mirror.integrity();
+        if !ig.enabled() {
+            return None;
+        }
+        let (files_covered, records) = ig.stored_counts().unwrap_or((0, 0));
+        let store_bytes = ig
+            .store(self.mirror.metadata_leg())
+            .and_then(|s| std::fs::metadata(s.path()).ok())
+            .map_or(0, |m| m.len());
+        let c = &ig.counters;
+        Some(crate::stats::IntegrityStats {
+            files_covered,
+            records,
+            store_bytes,
+            files_pending: ig.dirty_files() as u64,
+            verified_blocks: c.verified_blocks.load(Ordering::Relaxed),
+            crash_resolved: c.crash_resolved.load(Ordering::Relaxed),
+            damaged: ig
+                .damaged()
+                .into_iter()
+                .map(|d| crate::stats::DamagedFile {
+                    path: d.path,
+                    ranges: d.ranges.into_iter().map(|(o, l)| [o, l]).collect(),
+                })
+                .collect(),
+        })
     }
 
     /// The statistics document, now.
@@ -470,6 +500,7 @@ impl MirrorFs {
                         .collect(),
                 )
             }),
+            integrity: self.integrity_stats(),
         }
     }
 

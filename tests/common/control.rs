@@ -95,6 +95,7 @@ pub const MOUNT_FIELDS: &[&str] = &[
     "legs",
     "resync",
     "scrub",
+    "integrity",
 ];
 
 /// Fields of each leg.

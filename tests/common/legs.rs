@@ -189,6 +189,11 @@ pub fn mount_refused(legs: &[PathBuf], mnt: &Path, opts: &[&str]) -> String {
 }
 
 impl Remounted {
+    /// The daemon's process ids.
+    pub fn pids(&self) -> &[i32] {
+        &self.pids
+    }
+
     #[track_caller]
     pub fn unmount(&mut self) {
         if !self.mounted {

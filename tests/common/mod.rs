@@ -12,17 +12,22 @@
 //!   for a resync or a scrub).
 //! * [`legs`]: the legs behind the mirror (superblocks, logs, corrupting a copy, a small tree
 //!   to adopt) and mounting existing legs again by hand.
+//! * [`ext4`]: a leg on an ext4 image on a loop device (read-only on demand, rot through the
+//!   device).
 //!
 //! Each test file is a crate of its own and uses only part of this: unused helpers are allowed.
 #![allow(dead_code)]
 
 pub mod control;
+pub mod ext4;
 pub mod legs;
 
 // The test files reach everything through `use common::*`; a file that uses nothing of one of
 // these modules would otherwise warn about the re-export.
 #[allow(unused_imports)]
 pub use control::*;
+#[allow(unused_imports)]
+pub use ext4::*;
 #[allow(unused_imports)]
 pub use legs::*;
 
