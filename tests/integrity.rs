@@ -355,6 +355,66 @@ fn rot_on_every_copy_is_an_error_not_a_guess() {
     );
 }
 
+/// Rot on a leg that no read touches is found by a scrub (a plain one: the checksums say
+/// which copy is right), repaired from the copy that verifies, times kept, one line naming
+/// path, leg, byte range and action; the next scrub finds nothing.
+#[test]
+fn a_scrub_repairs_rot_that_reads_never_see() {
+    require_fuse!();
+    require_tool!("getfattr");
+    let m = TestMirror::new(2).option("read_policy=leg:leg0").mount();
+    let mnt = m.mnt().to_path_buf();
+    let data = pattern(3 * SIZE + 5, 14);
+    fs::write(m.path("f"), &data).unwrap();
+    fs::write(m.path("g"), pattern(10_000, 15)).unwrap();
+    wait_committed(&mnt);
+    let copy = m.leg(1).join("f");
+    let before = fs::metadata(&copy).unwrap();
+    corrupt_keeping_times(&copy, 2 * SIZE as u64 + 10, 1);
+    drop_caches();
+    assert_bytes_eq(&fs::read(m.path("f")).unwrap(), &data, "read from leg0");
+    assert_eq!(
+        stats(&mnt).legs[1].checksum_errors,
+        0,
+        "no read touched leg1"
+    );
+
+    mirrorfs_ok(&[&"scrub", &"start", &mnt]);
+    let doc = wait_scrubbed(&mnt);
+    let listed = differing(&doc);
+    let at = 2 * SIZE as u64;
+    let line = format!(
+        "/f on leg 1 ('{}'): checksum error at bytes {at}..{}: repaired from leg 0",
+        m.leg(1).display(),
+        at + 4096
+    );
+    assert_eq!(listed, vec![line], "{doc}");
+    assert_eq!(
+        (doc["differences"].as_u64(), doc["repaired"].as_u64()),
+        (Some(1), Some(1)),
+        "{doc}"
+    );
+    let st = stats(&mnt);
+    assert_eq!(
+        st.legs
+            .iter()
+            .map(|l| l.checksum_errors)
+            .collect::<Vec<_>>(),
+        vec![0, 1]
+    );
+    let after = fs::metadata(&copy).unwrap();
+    assert_eq!(
+        (before.mtime(), before.mtime_nsec()),
+        (after.mtime(), after.mtime_nsec()),
+        "the repair kept the copy's mtime"
+    );
+    assert_content_on_legs(m.legs(), "f", &data);
+    assert_legs_identical(m.legs());
+    mirrorfs_ok(&[&"scrub", &"start", &mnt]);
+    assert_eq!(wait_scrubbed(&mnt)["differences"], 0);
+    m.finish();
+}
+
 /// A deleted store is rebuilt from the other leg's at the next mount, with the same records.
 #[test]
 fn a_deleted_store_is_rebuilt() {
@@ -375,6 +435,10 @@ fn a_deleted_store_is_rebuilt() {
     let st = stats(&mnt);
     assert_eq!(st.integrity.as_ref().unwrap().files_covered, 2, "{st:?}");
     assert_bytes_eq(&fs::read(mnt.join("f")).unwrap(), &data, "f");
+    // The next scrub finds nothing.
+    mirrorfs_ok(&[&"scrub", &"start", &mnt]);
+    let doc = wait_scrubbed(&mnt);
+    assert_eq!(doc["differences"], 0, "{doc}");
     r.unmount();
     // Both stores hold the same records now.
     let id = u64::from_le_bytes(

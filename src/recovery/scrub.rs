@@ -6,6 +6,12 @@
 //! Runs in the background while the mirror serves. Each entry is compared with every change
 //! held off (the mirror's barrier, per entry), so that a write in flight is never taken for a
 //! difference; for a large file that holds writers back for as long as its comparison takes.
+//!
+//! A file with checksums is first verified block by block on every leg (`verify_checksums`):
+//! a copy whose blocks fail is rewritten there from a copy that verifies, whatever repair was
+//! asked (the checksums say which copy is right), one log line per finding; blocks that no
+//! copy holds as written are listed as damaged. What the checksums cannot decide (files from
+//! before them, metadata) is left to the comparison, which reports it, or repairs it as asked.
 
 use super::{scan_stats, spawn_job, Outcome, Recovery};
 use crate::errno::{refuse, Errno, Result};
@@ -62,8 +68,14 @@ struct ScrubHook {
 }
 
 impl EntryHook for ScrubHook {
-    fn with_entry(&self, _path: &Path, work: &mut dyn FnMut()) {
+    fn with_entry(&self, path: &Path, work: &mut dyn FnMut()) {
         let _all = self.mirror.exclusive();
+        if let Some(job) = self.job.upgrade() {
+            if let Err(e) = verify_checksums(&self.mirror, &job, path) {
+                log::error!("scrub: checksums of /{}: {e}", path.display());
+                job.progress.errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         work();
     }
 
@@ -101,6 +113,123 @@ impl EntryHook for ScrubHook {
         }
         log::warn!("scrub: /{} differs: {:?}", d.path.display(), d.kinds);
     }
+}
+
+/// Verifies every block of the file `rel` on each of the scrub's legs against its checksums,
+/// and rewrites bad blocks from a copy that verifies (called with every change held off).
+/// Nothing to do for a file without checksums, or for anything but a regular file.
+fn verify_checksums(mirror: &Mirror, job: &ScrubJob, rel: &Path) -> Result<()> {
+    use crate::integrity::{self, sum, Verdict};
+    use crate::sys;
+    use std::os::unix::ffi::OsStrExt;
+    let ig = mirror.integrity();
+    if !ig.enabled() || rel.as_os_str().is_empty() {
+        return Ok(());
+    }
+    // The copies: (leg, read descriptor, write descriptor opened when needed).
+    let mut copies = Vec::new();
+    let mut id = None;
+    for &leg in &job.legs {
+        let root = mirror.leg(leg).root()?;
+        let fd = match sys::fd::open_beneath(root.as_fd(), rel.as_os_str().as_bytes()) {
+            Ok(fd) => fd,
+            Err(Errno::ENOENT) => continue,
+            Err(e) => return Err(e),
+        };
+        let st = sys::fd::fstat(fd.as_fd())?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return Ok(());
+        }
+        if id.is_none() {
+            id = integrity::id_of(fd.as_fd());
+        }
+        copies.push((leg, fd));
+    }
+    let Some(id) = id else { return Ok(()) };
+    let Some(f) = ig.file(id).map_err(|e| {
+        log::error!("scrub: {e}");
+        Errno::EIO
+    })?
+    else {
+        return Ok(());
+    };
+    let readers = copies
+        .iter()
+        .map(|(leg, fd)| Ok((*leg, sys::fd::reopen(fd.as_fd(), libc::O_RDONLY)?)))
+        .collect::<Result<Vec<_>>>()?;
+    let step = sum::CHUNK_BYTES as usize;
+    let mut offset = 0u64;
+    let mut bufs: Vec<Vec<u8>> = readers.iter().map(|_| vec![0u8; step]).collect();
+    loop {
+        let mut lens = Vec::new();
+        let mut verdicts = Vec::new();
+        for (i, (_, fd)) in readers.iter().enumerate() {
+            let n = sys::fd::pread_full(fd.as_fd(), &mut bufs[i], offset)?;
+            lens.push(n);
+            let v = f
+                .verify(ig, offset, &bufs[i][..n], n < step)
+                .map_err(|_| Errno::EIO)?;
+            verdicts.push(v);
+        }
+        let good = verdicts.iter().position(|v| !matches!(v, Verdict::Bad(_)));
+        for (i, v) in verdicts.iter().enumerate() {
+            let Verdict::Bad(blocks) = v else { continue };
+            let leg = readers[i].0;
+            let l = mirror.leg(leg);
+            l.counters.checksum_errors.fetch_add(1, Ordering::Relaxed);
+            job.progress.differences.fetch_add(1, Ordering::Relaxed);
+            let (a, z) = (
+                blocks[0] * sum::BLOCK,
+                (blocks[blocks.len() - 1] + 1) * sum::BLOCK,
+            );
+            let action = match good {
+                Some(g) => {
+                    let (gleg, gn) = (readers[g].0, lens[g]);
+                    // A repair is no change of the file: the copy keeps the good copy's times.
+                    let fix = sys::fd::fstat(copies[g].1.as_fd()).and_then(|gst| {
+                        let w = sys::fd::reopen(copies[i].1.as_fd(), libc::O_WRONLY)?;
+                        sys::fd::pwrite_full(w.as_fd(), &bufs[g][..gn], offset)?;
+                        let t = |s: i64, ns: i64| libc::timespec {
+                            tv_sec: s,
+                            tv_nsec: ns,
+                        };
+                        sys::fd::set_times(
+                            copies[i].1.as_fd(),
+                            t(gst.st_atime, gst.st_atime_nsec),
+                            t(gst.st_mtime, gst.st_mtime_nsec),
+                        )
+                    });
+                    match fix {
+                        Ok(_) => {
+                            l.counters.read_repairs.fetch_add(1, Ordering::Relaxed);
+                            job.progress.repaired.fetch_add(1, Ordering::Relaxed);
+                            format!("repaired from leg {gleg}")
+                        }
+                        Err(e) => format!("repair failed: {e}"),
+                    }
+                }
+                None => "no leg holds these bytes as written: listed as damaged".to_string(),
+            };
+            let line = format!(
+                "/{} on leg {leg} ('{}'): checksum error at bytes {a}..{z}: {action}",
+                rel.display(),
+                l.path().display()
+            );
+            log::warn!("scrub: {line}");
+            let mut listed = job.listed.lock();
+            if listed.len() < LISTED {
+                listed.push(line);
+            }
+        }
+        if good.is_none() && verdicts.iter().any(|v| matches!(v, Verdict::Bad(_))) {
+            ig.record_damage(id, format!("/{}", rel.display()), offset, step as u64);
+        }
+        if lens.iter().all(|&n| n < step) {
+            break;
+        }
+        offset += step as u64;
+    }
+    Ok(())
 }
 
 impl Recovery {
