@@ -19,6 +19,9 @@
 #   make bench-smoke    the same rig on a tiny size, to check that it still runs
 #   make bench-resync   how long a full resync of N=10000 files / MB=2048 MiB takes (root)
 #   make bench-intent   the write-intent log's cost: fio jobs with write_intent=on against off
+#   make bench-checksum what checksums cost: fio sequential and random reads and writes with
+#                       checksum=on against off, alternated in one run (MB=1024, ROUNDS=2), and
+#                       the checksum store's size per TiB of data (root, loop devices)
 #   make bench-first-mount  the first mount over two legs holding the same MB=10240 MiB tree:
 #                       time until the mount answers, and until the contents are compared
 #   make lint           cargo fmt --check and cargo clippy -D warnings
@@ -40,7 +43,7 @@ export CARGO_TERM_COLOR := never
 CARGO_TEST_FLAGS ?= --no-fail-fast
 endif
 
-.PHONY: all build build-debug test deps test-unit test-external demo install lint clean sim bench bench-smoke bench-resync bench-intent bench-first-mount doc-tables
+.PHONY: all build build-debug test deps test-unit test-external demo install lint clean sim bench bench-smoke bench-resync bench-intent bench-checksum bench-first-mount doc-tables
 
 all: build
 
@@ -75,12 +78,16 @@ bench: build
 bench-smoke: build-debug
 	MIRRORFS=$(TEST_BIN) BENCH_SIZE=tiny bench/run.sh
 	MIRRORFS=$(TEST_BIN) MB=16 DIR=$(TARGET_DIR)/bench-first-mount bench/first-mount.sh
+	MIRRORFS=$(TEST_BIN) MB=16 RUNTIME=1 ROUNDS=1 DIR=$(TARGET_DIR)/bench-checksum bench/checksum.sh
 
 bench-resync: build
 	MIRRORFS=$(RELEASE_BIN) bench/resync.sh
 
 bench-intent: build
 	MIRRORFS=$(RELEASE_BIN) bench/intent.sh
+
+bench-checksum: build
+	MIRRORFS=$(RELEASE_BIN) bench/checksum.sh
 
 bench-first-mount: build
 	MIRRORFS=$(RELEASE_BIN) bench/first-mount.sh

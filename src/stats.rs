@@ -62,6 +62,18 @@ pub struct IntegrityStats {
     /// Files no leg holds as written somewhere (reads there fail with EIO) until they are
     /// rewritten there or removed, or the list is cleared (`stats_reset`).
     pub damaged: Vec<DamagedFile>,
+    /// Files whose copy on some leg fails its checksums and differs in size or mtime from the
+    /// others: changed on the leg itself, behind the mirror's back; reported, not repaired.
+    #[serde(default)]
+    pub diverged: Vec<DivergedFile>,
+}
+
+/// A file changed behind the mirror's back on some legs.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct DivergedFile {
+    pub path: String,
+    /// The legs (names) whose copy diverged.
+    pub legs: Vec<String>,
 }
 
 /// A damaged file: its path and the byte ranges no leg holds as written.

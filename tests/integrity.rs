@@ -597,3 +597,159 @@ fn kill_9_during_fio_random_writes() {
         assert_legs_identical(&legs);
     }
 }
+
+/// After a crash, a file in the write-intent log whose metadata-leg copy does not match the
+/// committed checksums while the other leg's does: the checksums decide, the other leg's copy
+/// wins (not leg order), and it is crash recovery, not corruption.
+#[test]
+fn after_a_crash_the_copy_matching_the_checksums_wins() {
+    require_fuse!();
+    require_tool!("getfattr");
+    let dirs = TestDirs::new(2);
+    let (legs, mnt) = (dirs.legs.clone(), dirs.mnt.clone());
+    let leg_paths: Vec<&Path> = legs.iter().map(PathBuf::as_path).collect();
+    let mut fg = Foreground::mount(&leg_paths, &mnt, "", &dirs.root().join("log1"));
+    let good = pattern(200_000, 21);
+    fs::write(mnt.join("w"), &good).unwrap();
+    wait_committed(&mnt);
+    let clean = wait_for(Duration::from_secs(30), || {
+        legs.iter()
+            .all(|l| log_records(&l.join(".mirrorfs/intent.log")).is_empty())
+    });
+    assert!(clean, "the intent log was not cleared");
+    fg.child.kill().unwrap();
+    fg.stop();
+    // As if a write had reached leg0 only when the daemon died: leg0's copy changed, the file
+    // in both intent logs, its new checksums never committed.
+    let mut torn = good.clone();
+    torn[100_000..100_010].copy_from_slice(b"0123456789");
+    fs::write(legs[0].join("w"), &torn).unwrap();
+    for l in &legs {
+        let mut log = fs::OpenOptions::new()
+            .append(true)
+            .open(l.join(".mirrorfs/intent.log"))
+            .unwrap();
+        std::io::Write::write_all(&mut log, b"w\0").unwrap();
+    }
+    let fg = Foreground::mount(&leg_paths, &mnt, "", &dirs.root().join("log2"));
+    assert_bytes_eq(
+        &fs::read(mnt.join("w")).unwrap(),
+        &good,
+        "w after the crash",
+    );
+    for l in &legs {
+        assert_bytes_eq(&fs::read(l.join("w")).unwrap(), &good, "each leg's copy");
+    }
+    let st = stats(&mnt);
+    assert!(st.legs.iter().all(|l| l.checksum_errors == 0), "{st:?}");
+    assert_eq!(st.integrity.as_ref().unwrap().crash_resolved, 1, "{st:?}");
+    let log = fg.unmount();
+    assert!(
+        log.contains("after the crash: /w: leg 1's copy matches the committed checksums"),
+        "{log}"
+    );
+}
+
+/// A mount with checksum=off sets the stores aside: the files it changes read back without a
+/// false checksum error at the next mount with checksums.
+#[test]
+fn a_checksum_off_mount_leaves_no_stale_checksums() {
+    require_fuse!();
+    require_tool!("getfattr");
+    let mut m = TestMirror::new(2).mount();
+    let legs = m.legs().to_vec();
+    let mnt = m.mnt().to_path_buf();
+    fs::write(m.path("f"), pattern(100_000, 31)).unwrap();
+    m.unmount();
+    let mut r = mount_ok(&legs, &mnt, &["checksum=off"]);
+    let changed = pattern(100_000, 32);
+    fs::write(mnt.join("f"), &changed).unwrap();
+    r.unmount();
+    for l in &legs {
+        assert!(!l.join(".mirrorfs/checksums.redb").exists());
+        assert!(l.join(".mirrorfs/checksums.redb.off").exists());
+    }
+    let mut r = mount_ok(&legs, &mnt, &[]);
+    drop_caches();
+    assert_bytes_eq(
+        &fs::read(mnt.join("f")).unwrap(),
+        &changed,
+        "f after checksum=off",
+    );
+    let st = stats(&mnt);
+    assert!(st.legs.iter().all(|l| l.checksum_errors == 0), "{st:?}");
+    r.unmount();
+}
+
+/// A copy edited on its leg (size and mtime move) is not rot: reads are answered from the
+/// copy that verifies, the edited copy is reported as diverged and left alone; a scrub lists
+/// it without repairing; `--repair=leg1` adopts the edit, and its checksums follow.
+#[test]
+fn a_copy_edited_on_its_leg_is_diverged_not_rot() {
+    require_fuse!();
+    require_tool!("getfattr");
+    let m = TestMirror::new(2).option("read_policy=leg:leg1").mount();
+    let mnt = m.mnt().to_path_buf();
+    let data = pattern(50_000, 41);
+    fs::write(m.path("f"), &data).unwrap();
+    wait_committed(&mnt);
+    std::thread::sleep(Duration::from_millis(20));
+    let edited = pattern(60_000, 42);
+    fs::write(m.leg(1).join("f"), &edited).unwrap();
+    drop_caches();
+    assert_bytes_eq(
+        &fs::read(m.path("f")).unwrap(),
+        &data,
+        "the copy that verifies",
+    );
+    assert_bytes_eq(
+        &fs::read(m.leg(1).join("f")).unwrap(),
+        &edited,
+        "the edit, kept",
+    );
+    let st = stats(&mnt);
+    let ig = st.integrity.as_ref().unwrap();
+    assert_eq!(ig.diverged.len(), 1, "{ig:?}");
+    assert_eq!(
+        (ig.diverged[0].path.as_str(), ig.diverged[0].legs.clone()),
+        ("/f", vec!["leg1".to_string()])
+    );
+    assert!(st.legs.iter().all(|l| l.checksum_errors == 0), "{st:?}");
+    let (code, report) = status(&mnt);
+    assert_eq!(code, Some(1), "{report}");
+    assert!(
+        report.contains("Changed behind the mirror's back"),
+        "{report}"
+    );
+
+    mirrorfs_ok(&[&"scrub", &"start", &mnt]);
+    let doc = wait_scrubbed(&mnt);
+    assert!(
+        differing(&doc)
+            .iter()
+            .any(|l| l.contains("(diverged), not repaired")),
+        "{doc}"
+    );
+    assert_bytes_eq(
+        &fs::read(m.leg(1).join("f")).unwrap(),
+        &edited,
+        "not repaired",
+    );
+
+    mirrorfs_ok(&[&"scrub", &"start", &mnt, &"--repair=leg1"]);
+    wait_scrubbed(&mnt);
+    assert_content_on_legs(m.legs(), "f", &edited);
+    // The scrub counted the copy it replaced (leg0's) as differing; from now on the adopted
+    // version verifies on both legs.
+    let before: Vec<u64> = stats(&mnt).legs.iter().map(|l| l.checksum_errors).collect();
+    for policy in ["leg:leg0", "leg:leg1"] {
+        setfattr_ok(&mnt.join(".mirrorfs"), "user.mirrorfs.read_policy", policy);
+        drop_caches();
+        assert_bytes_eq(&fs::read(m.path("f")).unwrap(), &edited, "adopted");
+    }
+    let after: Vec<u64> = stats(&mnt).legs.iter().map(|l| l.checksum_errors).collect();
+    assert_eq!(before, after, "the adopted version verifies");
+    mirrorfs_ok(&[&"scrub", &"start", &mnt]);
+    assert_eq!(wait_scrubbed(&mnt)["differences"], 0);
+    m.finish();
+}

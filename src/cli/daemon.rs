@@ -212,7 +212,7 @@ fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), Stri
     }
     if p.plan.crashed {
         // The checksum stores first: crash recovery resolves the files being written with them.
-        fs.mirror().open_checksums();
+        fs.mirror().open_checksums(p.config.read_only);
         // Before serving: the files being written at the crash are made identical.
         match fs.recovery().recover_after_crash() {
             Ok(n) => log::warn!(
@@ -247,7 +247,7 @@ fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), Stri
         return Err(fail(&mut ready, e));
     }
     // Once every leg has its `.mirrorfs/`, and before any request is served.
-    fs.mirror().open_checksums();
+    fs.mirror().open_checksums(p.config.read_only);
     if let Err(e) = fs.recovery().start_sweeper() {
         return Err(fail(
             &mut ready,

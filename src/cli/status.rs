@@ -173,6 +173,17 @@ pub fn render(st: &Stats) -> String {
             }
             let _ = writeln!(o);
         }
+        if !ig.diverged.is_empty() {
+            let _ = writeln!(
+                o,
+                "        Changed behind the mirror's back (a leg's copy was edited on the leg \
+                 itself; not repaired: see docs/integrity.md):\n"
+            );
+            for d in &ig.diverged {
+                let _ = writeln!(o, "\t{}  (on {})", d.path, d.legs.join(", "));
+            }
+            let _ = writeln!(o);
+        }
         let _ = writeln!(
             o,
             "checksums: {} file(s) covered, {} of checksums; {} pending; {} block(s) verified \
@@ -197,7 +208,10 @@ pub fn health(st: &Stats) -> i32 {
         .legs
         .iter()
         .any(|l| l.read_errors + l.write_errors + l.checksum_errors > 0)
-        || st.integrity.as_ref().is_some_and(|i| !i.damaged.is_empty());
+        || st
+            .integrity
+            .as_ref()
+            .is_some_and(|i| !i.damaged.is_empty() || !i.diverged.is_empty());
     if st.state != MountState::Online || errors {
         1
     } else {

@@ -279,12 +279,34 @@ impl MirrorFs {
         blocks: &[u64],
     ) {
         let leg = self.mirror.leg(bad);
-        leg.counters.checksum_errors.fetch_add(1, Ordering::Relaxed);
         let path = self.display_path(inode);
         let (first, last) = match (blocks.first(), blocks.last()) {
             (Some(&a), Some(&z)) => (a * BLOCK, (z + 1) * BLOCK),
             _ => (offset, offset + good.len() as u64),
         };
+        // Rot moves neither size nor mtime, which mirrorfs keeps equal on every leg; an edit
+        // made on the leg itself moves them: that copy diverged, and is reported, not reverted.
+        let fingerprint = |l: LegIdx| {
+            let st = sys::fd::fstat(inode.fd(l)?.as_fd())?;
+            Ok::<_, Errno>((st.st_size, st.st_mtime, st.st_mtime_nsec))
+        };
+        if let (Ok(b), Ok(g)) = (fingerprint(bad), fingerprint(from)) {
+            if b != g && !self.changing(inode) {
+                self.mirror.integrity().record_diverged(
+                    integrity_id(inode),
+                    path.clone(),
+                    &leg.name,
+                );
+                log::warn!(
+                    "leg {bad} ('{}'): '{path}' does not match its checksums at bytes \
+                     {first}..{last}, and its size or mtime differs from leg {from}'s: changed \
+                     behind the mirror's back (diverged); not repaired (docs/integrity.md)",
+                    leg.path().display(),
+                );
+                return;
+            }
+        }
+        leg.counters.checksum_errors.fetch_add(1, Ordering::Relaxed);
         let r = self
             .mirror
             .check_fault_file(bad, "repair", Some(inode.ino))
@@ -320,6 +342,15 @@ impl MirrorFs {
                     .mark_failed(bad, "checksum repair", DropReason::LegFault(e));
             }
         }
+    }
+
+    /// Whether `inode` is being changed through the mount (its copies' mtimes may differ until
+    /// it is closed).
+    fn changing(&self, inode: &Arc<Inode>) -> bool {
+        self.handles
+            .open_files()
+            .iter()
+            .any(|h| Arc::ptr_eq(&h.inode, inode) && h.flags & libc::O_ACCMODE != libc::O_RDONLY)
     }
 
     /// A read found leg `bad`'s copy of `offset..offset + len` not as written: looked at
@@ -474,5 +505,13 @@ impl MirrorFs {
             Some(Err(e)) => log::error!("checksums of a removed file: {e}"),
             _ => {}
         }
+    }
+}
+
+/// The checksum identity of a covered inode (0 if it has none).
+fn integrity_id(inode: &Arc<Inode>) -> u64 {
+    match &*inode.sums.lock() {
+        Sums::Covered(f) => f.id,
+        _ => 0,
     }
 }

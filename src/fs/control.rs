@@ -430,6 +430,11 @@ impl MirrorFs {
                     ranges: d.ranges.into_iter().map(|(o, l)| [o, l]).collect(),
                 })
                 .collect(),
+            diverged: ig
+                .diverged()
+                .into_iter()
+                .map(|(path, legs)| crate::stats::DivergedFile { path, legs })
+                .collect(),
         })
     }
 

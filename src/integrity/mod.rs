@@ -78,6 +78,10 @@ pub struct Integrity {
     commit_lock: Mutex<()>,
     generation: AtomicU64,
     damaged: Mutex<BTreeMap<u64, Damage>>,
+    /// How many files `damaged` lists (read without its lock on every write).
+    damaged_count: AtomicU64,
+    /// Files whose copy on some leg was changed behind the mirror's back: path, leg names.
+    diverged: Mutex<BTreeMap<String, BTreeSet<String>>>,
     pub counters: Counters,
 }
 
@@ -102,6 +106,8 @@ impl Integrity {
             commit_lock: Mutex::new(()),
             generation: AtomicU64::new(0),
             damaged: Mutex::new(BTreeMap::new()),
+            damaged_count: AtomicU64::new(0),
+            diverged: Mutex::new(BTreeMap::new()),
             counters: Counters::default(),
         }
     }
@@ -258,7 +264,10 @@ impl Integrity {
     }
 
     fn mark_dirty(&self, f: &Arc<FileSums>) {
-        self.dirty.lock().entry(f.id).or_insert_with(|| f.clone());
+        // Once per commit per file: the global map is not taken on every write.
+        if !f.registered.swap(true, Ordering::AcqRel) {
+            self.dirty.lock().entry(f.id).or_insert_with(|| f.clone());
+        }
     }
 
     /// Uncommitted records (for the sweep's backlog rule).
@@ -280,6 +289,9 @@ impl Integrity {
         if files.is_empty() {
             return Vec::new();
         }
+        for f in &files {
+            f.registered.store(false, Ordering::Release);
+        }
         let changes: Vec<FileChange> = files.iter().filter_map(|f| f.take_change()).collect();
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         let stores: Vec<(usize, Arc<Store>)> = self
@@ -299,6 +311,7 @@ impl Integrity {
             // Nothing was written: keep the changes for the next try.
             for f in &files {
                 f.restore_change();
+                f.registered.store(false, Ordering::Release);
                 self.mark_dirty(f);
             }
         }
@@ -341,6 +354,24 @@ impl Integrity {
         self.mark_dirty(&f);
     }
 
+    /// The committed checksums of file `id`, block by block up to the last block that is not
+    /// zero; None if the file is not covered.
+    pub fn committed(&self, id: u64) -> io::Result<Option<Vec<Sum>>> {
+        let Some(store) = self.reader() else {
+            return Ok(None);
+        };
+        if !store.has_file(id)? {
+            return Ok(None);
+        }
+        let mut out = Vec::new();
+        for (n, chunk) in store.chunks_of(id)? {
+            out.resize((n * CHUNK_BLOCKS) as usize, zero_sum());
+            out.extend(chunk);
+        }
+        trim_zeros(&mut out);
+        Ok(Some(out))
+    }
+
     /// Files whose covered records are stored (all stores alike): files, records.
     pub fn stored_counts(&self) -> Option<(u64, u64)> {
         self.reader()?.counts().ok()
@@ -357,11 +388,15 @@ impl Integrity {
         if !e.ranges.contains(&(offset, len)) {
             e.ranges.push((offset, len));
         }
+        self.damaged_count.store(d.len() as u64, Ordering::Relaxed);
     }
 
     /// The file was rewritten over `offset..offset + len`, or removed (`None`): its damage
     /// there is gone.
     pub fn clear_damage(&self, id: u64, range: Option<(u64, u64)>) {
+        if self.damaged_count.load(Ordering::Relaxed) == 0 {
+            return;
+        }
         let mut d = self.damaged.lock();
         let Some(e) = d.get_mut(&id) else { return };
         match range {
@@ -376,11 +411,32 @@ impl Integrity {
                 }
             }
         }
+        self.damaged_count.store(d.len() as u64, Ordering::Relaxed);
     }
 
-    /// Forgets every damaged file (`mirrorfs status --clear`).
+    /// Forgets every damaged and diverged file (`mirrorfs status --clear`).
     pub fn clear_all_damage(&self) {
         self.damaged.lock().clear();
+        self.damaged_count.store(0, Ordering::Relaxed);
+        self.diverged.lock().clear();
+    }
+
+    /// Notes that `leg`'s copy of file `id` (at `path`) was changed behind the mirror's back.
+    pub fn record_diverged(&self, _id: u64, path: String, leg: &str) {
+        self.diverged
+            .lock()
+            .entry(path)
+            .or_default()
+            .insert(leg.to_string());
+    }
+
+    /// The diverged files: path and the legs whose copy diverged.
+    pub fn diverged(&self) -> Vec<(String, Vec<String>)> {
+        self.diverged
+            .lock()
+            .iter()
+            .map(|(p, l)| (p.clone(), l.iter().cloned().collect()))
+            .collect()
     }
 
     /// The damaged files.
@@ -399,6 +455,8 @@ impl Integrity {
 pub struct FileSums {
     pub id: u64,
     state: Mutex<State>,
+    /// In [`Integrity`]'s map of files to commit.
+    registered: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Default)]
@@ -427,6 +485,7 @@ impl FileSums {
                 fresh,
                 ..Default::default()
             }),
+            registered: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -644,6 +703,15 @@ pub fn hash_fd(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<Vec<Sum>> {
         }
         off += n as u64;
     }
+}
+
+/// Drops trailing checksums of zero blocks (they are implied past the end of a file).
+pub fn trim_zeros(sums: &mut Vec<Sum>) {
+    let keep = sums
+        .iter()
+        .rposition(|&s| s != zero_sum())
+        .map_or(0, |i| i + 1);
+    sums.truncate(keep);
 }
 
 /// The identity of the file open as `fd` (None: it has none, or it is not readable).

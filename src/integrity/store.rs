@@ -175,6 +175,22 @@ impl Store {
         })
     }
 
+    /// Every record of file `id`, in order (record number and its checksums).
+    pub fn chunks_of(&self, id: u64) -> io::Result<Vec<(u64, Vec<Sum>)>> {
+        let p = &self.path;
+        let tx = self.db.begin_read().map_err(|e| err("read", p, e))?;
+        let sums = tx.open_table(SUMS).map_err(|e| err("sums", p, e))?;
+        let mut out = Vec::new();
+        for r in sums
+            .range((id, 0)..=(id, u64::MAX))
+            .map_err(|e| err("sums", p, e))?
+        {
+            let (k, v) = r.map_err(|e| err("sums", p, e))?;
+            out.push((k.value().1, decode(v.value())));
+        }
+        Ok(out)
+    }
+
     /// How many files are covered, and how many records the store holds.
     pub fn counts(&self) -> io::Result<(u64, u64)> {
         let p = &self.path;
@@ -244,6 +260,25 @@ impl Store {
         }
         tx.commit().map_err(|e| err("commit", p, e))
     }
+}
+
+/// Moves the store of the leg at `leg_root` aside (to `checksums.redb.off`), for a mount that
+/// will change data without checksums. Returns a line for the log if there was one.
+pub fn set_aside(leg_root: &Path) -> Option<String> {
+    let from = store_path(leg_root);
+    if !from.exists() {
+        return None;
+    }
+    let to = from.with_extension("redb.off");
+    Some(match std::fs::rename(&from, &to) {
+        Ok(()) => format!(
+            "checksum=off: '{}' set aside as '{}': files changed by this mount would no longer \
+             match it; with checksums again, files get new ones when they are rewritten",
+            from.display(),
+            to.display()
+        ),
+        Err(e) => format!("checksum=off: cannot set '{}' aside: {e}", from.display()),
+    })
 }
 
 /// Replaces the store under `to` with a copy of `from`'s file (written beside it, flushed,

@@ -388,8 +388,22 @@ impl Mirror {
     /// Opens (or rebuilds, or creates) the checksum store of every in-sync leg. Before the
     /// mount serves: after crash recovery's checks, or once the superblocks exist. A leg whose
     /// store can be neither opened nor rebuilt is dropped.
-    pub fn open_checksums(&self) {
-        if !self.integrity.enabled() || self.integrity.store_count() > 0 {
+    ///
+    /// A mount without checksums that may write (`checksum=off`, not `ro`) sets the legs'
+    /// stores aside first (`checksums.redb.off`): it will change data without updating them,
+    /// and a later mount with checksums must not take the old checksums for the truth.
+    pub fn open_checksums(&self, read_only: bool) {
+        if !self.integrity.enabled() {
+            if !read_only {
+                for l in self.in_sync_legs() {
+                    if let Some(note) = crate::integrity::store::set_aside(&self.legs[l].path()) {
+                        log::warn!("{note}");
+                    }
+                }
+            }
+            return;
+        }
+        if self.integrity.store_count() > 0 {
             return;
         }
         let legs: Vec<(LegIdx, std::path::PathBuf)> = self

@@ -117,6 +117,9 @@ impl Recovery {
         let Some((&source, rest)) = legs.split_first() else {
             return Ok(0);
         };
+        // A file whose metadata-leg copy does not match its committed checksums while another
+        // leg's does: that copy wins, and the others are made like it first.
+        self.crash_winners(&legs, &paths)?;
         let src = self.mirror.leg(source).root()?;
         for &l in rest {
             let ctl = Control::new(None);
@@ -134,6 +137,70 @@ impl Recovery {
         }
         self.rehash_after_crash(src.as_fd(), &paths);
         Ok(paths.len())
+    }
+
+    /// For each regular file of the intent log with committed checksums: if the metadata leg's
+    /// copy does not match them but another in-sync leg's does, that leg's copy is synced to
+    /// every other leg (so the checksums decide, not the leg order).
+    fn crash_winners(&self, legs: &[LegIdx], paths: &[PathBuf]) -> Result<()> {
+        let ig = self.mirror.integrity();
+        if !ig.enabled() || legs.len() < 2 {
+            return Ok(());
+        }
+        let roots = legs
+            .iter()
+            .map(|&l| self.mirror.leg(l).root())
+            .collect::<Result<Vec<_>>>()?;
+        for p in paths {
+            let rel = p.as_os_str().as_bytes();
+            let leg_sums = |i: usize| -> Option<(u64, Vec<crate::integrity::sum::Sum>)> {
+                let fd = crate::sys::fd::open_beneath(roots[i].as_fd(), rel).ok()?;
+                let st = crate::sys::fd::fstat(fd.as_fd()).ok()?;
+                if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+                    return None;
+                }
+                let id = crate::integrity::id_of(fd.as_fd())?;
+                let file = crate::sys::fd::reopen(fd.as_fd(), libc::O_RDONLY).ok()?;
+                let mut sums = crate::integrity::hash_fd(file.as_fd()).ok()?;
+                crate::integrity::trim_zeros(&mut sums);
+                Some((id, sums))
+            };
+            let Some((id, first)) = leg_sums(0) else {
+                continue;
+            };
+            let Ok(Some(committed)) = ig.committed(id) else {
+                continue;
+            };
+            if first == committed {
+                continue;
+            }
+            let Some(w) =
+                (1..legs.len()).find(|&i| leg_sums(i).is_some_and(|(_, s)| s == committed))
+            else {
+                continue;
+            };
+            log::warn!(
+                "after the crash: /{}: leg {}'s copy matches the committed checksums and the \
+                 metadata leg's does not: the other legs are made like leg {} (crash recovery, \
+                 not corruption)",
+                p.display(),
+                legs[w],
+                legs[w]
+            );
+            for (i, dst) in roots.iter().enumerate() {
+                if i != w {
+                    let ctl = Control::new(None);
+                    tree::sync_paths(
+                        roots[w].as_fd(),
+                        dst.as_fd(),
+                        std::slice::from_ref(p),
+                        &self.tree,
+                        &ctl,
+                    )?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// After crash recovery made the intent log's files identical: their checksums are

@@ -70,13 +70,28 @@ struct ScrubHook {
 impl EntryHook for ScrubHook {
     fn with_entry(&self, path: &Path, work: &mut dyn FnMut()) {
         let _all = self.mirror.exclusive();
-        if let Some(job) = self.job.upgrade() {
-            if let Err(e) = verify_checksums(&self.mirror, &job, path) {
+        let Some(job) = self.job.upgrade() else {
+            return work();
+        };
+        let diverged = match verify_checksums(&self.mirror, &job, path) {
+            Ok(d) => d,
+            Err(e) => {
                 log::error!("scrub: checksums of /{}: {e}", path.display());
                 job.progress.errors.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+        };
+        work();
+        if let (Some(id), false) = (diverged, job.repair == Repair::Nothing) {
+            // The comparison made the copies identical from the leg the user named (or the
+            // majority): their checksums are those of that version now.
+            if let Err(e) = rehash(&self.mirror, &job, path, id) {
+                log::error!(
+                    "scrub: checksums of /{} after the repair: {e}",
+                    path.display()
+                );
             }
         }
-        work();
     }
 
     fn difference(&self, d: &Difference) {
@@ -115,16 +130,38 @@ impl EntryHook for ScrubHook {
     }
 }
 
+/// Computes the checksums of `rel` (identity `id`) again from the first leg's copy and commits
+/// them: after a repair the user chose made a diverged version the file's.
+fn rehash(mirror: &Mirror, job: &ScrubJob, rel: &Path, id: u64) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let root = mirror.leg(job.legs[0]).root()?;
+    let fd = crate::sys::fd::open_beneath(root.as_fd(), rel.as_os_str().as_bytes())?;
+    let file = crate::sys::fd::reopen(fd.as_fd(), libc::O_RDONLY)?;
+    let sums = crate::integrity::hash_fd(file.as_fd()).map_err(Errno::from)?;
+    let ig = mirror.integrity();
+    ig.record_whole(id, sums);
+    for (leg, e) in ig.commit() {
+        log::error!("scrub: checksum commit to leg {leg}: {e}");
+    }
+    log::warn!(
+        "scrub: /{}: checksums computed again from the repaired copies",
+        rel.display()
+    );
+    Ok(())
+}
+
 /// Verifies every block of the file `rel` on each of the scrub's legs against its checksums,
 /// and rewrites bad blocks from a copy that verifies (called with every change held off).
-/// Nothing to do for a file without checksums, or for anything but a regular file.
-fn verify_checksums(mirror: &Mirror, job: &ScrubJob, rel: &Path) -> Result<()> {
+/// Nothing to do for a file without checksums, or for anything but a regular file. A copy
+/// that fails and whose size or mtime differs from the good copy's was changed on its leg
+/// (diverged): reported, not repaired; returns the file's identity then.
+fn verify_checksums(mirror: &Mirror, job: &ScrubJob, rel: &Path) -> Result<Option<u64>> {
     use crate::integrity::{self, sum, Verdict};
     use crate::sys;
     use std::os::unix::ffi::OsStrExt;
     let ig = mirror.integrity();
     if !ig.enabled() || rel.as_os_str().is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     // The copies: (leg, read descriptor, write descriptor opened when needed).
     let mut copies = Vec::new();
@@ -138,21 +175,29 @@ fn verify_checksums(mirror: &Mirror, job: &ScrubJob, rel: &Path) -> Result<()> {
         };
         let st = sys::fd::fstat(fd.as_fd())?;
         if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-            return Ok(());
+            return Ok(None);
         }
         if id.is_none() {
             id = integrity::id_of(fd.as_fd());
         }
         copies.push((leg, fd));
     }
-    let Some(id) = id else { return Ok(()) };
+    let Some(id) = id else { return Ok(None) };
     let Some(f) = ig.file(id).map_err(|e| {
         log::error!("scrub: {e}");
         Errno::EIO
     })?
     else {
-        return Ok(());
+        return Ok(None);
     };
+    let fingerprints = copies
+        .iter()
+        .map(|(_, fd)| {
+            let st = sys::fd::fstat(fd.as_fd())?;
+            Ok((st.st_size, st.st_mtime, st.st_mtime_nsec))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut diverged = false;
     let readers = copies
         .iter()
         .map(|(leg, fd)| Ok((*leg, sys::fd::reopen(fd.as_fd(), libc::O_RDONLY)?)))
@@ -176,12 +221,32 @@ fn verify_checksums(mirror: &Mirror, job: &ScrubJob, rel: &Path) -> Result<()> {
             let Verdict::Bad(blocks) = v else { continue };
             let leg = readers[i].0;
             let l = mirror.leg(leg);
-            l.counters.checksum_errors.fetch_add(1, Ordering::Relaxed);
-            job.progress.differences.fetch_add(1, Ordering::Relaxed);
             let (a, z) = (
                 blocks[0] * sum::BLOCK,
                 (blocks[blocks.len() - 1] + 1) * sum::BLOCK,
             );
+            if let Some(g) = good.filter(|&g| fingerprints[g] != fingerprints[i]) {
+                // Rot moves neither size nor mtime (equal on every leg); an edit on the leg
+                // does. Reported, left to the comparison (and to a repair the user names).
+                diverged = true;
+                ig.record_diverged(id, format!("/{}", rel.display()), &l.name);
+                let line = format!(
+                    "/{} on leg {leg} ('{}'): differs from its checksums at bytes {a}..{z} \
+                     and in size or mtime from leg {}: changed behind the mirror's back \
+                     (diverged), not repaired",
+                    rel.display(),
+                    l.path().display(),
+                    readers[g].0
+                );
+                log::warn!("scrub: {line}");
+                let mut listed = job.listed.lock();
+                if listed.len() < LISTED {
+                    listed.push(line);
+                }
+                continue;
+            }
+            l.counters.checksum_errors.fetch_add(1, Ordering::Relaxed);
+            job.progress.differences.fetch_add(1, Ordering::Relaxed);
             let action = match good {
                 Some(g) => {
                     let (gleg, gn) = (readers[g].0, lens[g]);
@@ -229,7 +294,7 @@ fn verify_checksums(mirror: &Mirror, job: &ScrubJob, rel: &Path) -> Result<()> {
         }
         offset += step as u64;
     }
-    Ok(())
+    Ok(diverged.then_some(id))
 }
 
 impl Recovery {

@@ -261,6 +261,7 @@ if want cbuild; then
     run_step "C project (make, gcc)" c_build
     run_step "  legs identical" check_mirror
 fi
+run_step "checksums: read back, scrub" check_checksums
 run_step --here "remount" remount_mirror
 if want git; then run_step "git fsck after remount" git_recheck; fi
 if want tar; then run_step "tar -df after remount" tar_recheck; fi

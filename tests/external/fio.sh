@@ -79,6 +79,7 @@ W=$WORKDIR
 mount_mirror "$EXT_LEGS" "$W" || exit 1
 run_step "5 verify jobs (fio-verify.fio)" verify_jobs
 run_step "legs identical" check_mirror
+run_step "checksums: read back, scrub" check_checksums
 run_step "persist: write 128 MiB via mount" persist_write
 run_step --here "remount" remount_mirror
 run_step "persist: verify_only on each leg" persist_verify_legs

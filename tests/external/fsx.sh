@@ -55,6 +55,7 @@ for s in $SEEDS; do
 done
 run_step "fsx parallel seeds ${PAR_SEEDS// /+}" fsx_parallel
 run_step "legs identical (mounted)" check_mirror
+run_step "checksums: read back, scrub" check_checksums
 run_step --here "remount" remount_mirror
 run_step "legs identical (remounted)" check_mirror
 run_step --here "unmount" unmount_mirror

@@ -329,6 +329,40 @@ check_mirror() {
     return $rc
 }
 
+# Checks the checksums of the current mount: every file read back through the mount with the
+# page cache dropped (the daemon verifies each block it reads), then a scrub, which verifies
+# every block of every leg: no checksum error, no damaged file, no difference. A wrong
+# checksum from any write path (mmap, truncate, punch hole, copy_file_range...) fails here.
+# With MIRRORFS=tmpfs (the scripts' self-test) there is nothing to check.
+check_checksums() {
+    [ "$MIRRORFS" != tmpfs ] || return 0
+    local rc=0 st doc i
+    sync -f "$MNT" || rc=1
+    echo 3 >/proc/sys/vm/drop_caches
+    if ! find "$MNT" -type f -print0 | xargs -0 -r cat >/dev/null; then
+        warn "reading every file back through $MNT failed"
+        rc=1
+    fi
+    st=$(getfattr --absolute-names --only-values -n user.mirrorfs.stats "$MNT") || return 1
+    if [ "$(jq '.integrity != null' <<<"$st")" != true ] ||
+        [ "$(jq '[.legs[].checksum_errors] | add' <<<"$st")" != 0 ] ||
+        [ "$(jq '.integrity.damaged | length' <<<"$st")" != 0 ]; then
+        warn "checksums after reading everything back: $(jq -c '{ck: [.legs[].checksum_errors], integrity}' <<<"$st")"
+        rc=1
+    fi
+    "$MIRRORFS" scrub start "$MNT" || return 1
+    for i in $(seq 1200); do
+        doc=$(getfattr --absolute-names --only-values -n user.mirrorfs.scrub "$MNT")
+        [ "$(jq -r .state <<<"$doc")" = running ] || break
+        sleep 0.5
+    done
+    if [ "$(jq -r .state <<<"$doc")" != finished ] || [ "$(jq .differences <<<"$doc")" != 0 ]; then
+        warn "scrub after the run: $(jq -c . <<<"$doc" | cut -c1-600)"
+        rc=1
+    fi
+    return $rc
+}
+
 # quiet LOG CMD...: run CMD with its output in LOG; on failure print the first 20 lines of it.
 quiet() {
     local log=$1 rc
