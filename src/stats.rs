@@ -45,7 +45,7 @@ pub struct Stats {
 }
 
 /// The checksums' figures (see `docs/integrity.md`).
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct IntegrityStats {
     /// Files whose checksums are in the stores.
     pub files_covered: u64,
@@ -66,6 +66,12 @@ pub struct IntegrityStats {
     /// others: changed on the leg itself, behind the mirror's back; reported, not repaired.
     #[serde(default)]
     pub diverged: Vec<DivergedFile>,
+    /// The background walk that gives files without checksums theirs (files from before
+    /// checksums, or written with them off): progress, when it ran since the mount.
+    /// `done_entries` counts files looked at, `differences` files whose copies differ (left
+    /// without checksums), `done_bytes` bytes hashed.
+    #[serde(default)]
+    pub backfill: Option<ScanStats>,
 }
 
 /// A file changed behind the mirror's back on some legs.

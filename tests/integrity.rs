@@ -753,3 +753,60 @@ fn a_copy_edited_on_its_leg_is_diverged_not_rot() {
     assert_eq!(wait_scrubbed(&mnt)["differences"], 0);
     m.finish();
 }
+
+/// Files from before checksums (here: written by a mount with checksum=off) get them in the
+/// background at the next mount, with progress in the stats; a file whose copies differ is
+/// left without (nothing says which copy is right). Afterwards rot on the covered ones is
+/// found and repaired like on new files; the walk does not run again at the next mount.
+#[test]
+fn older_files_get_checksums_in_the_background() {
+    require_fuse!();
+    require_tool!("getfattr");
+    let mut m = TestMirror::new(2).option("checksum=off").mount();
+    let legs = m.legs().to_vec();
+    let mnt = m.mnt().to_path_buf();
+    fs::create_dir(m.path("d")).unwrap();
+    let files: Vec<(String, Vec<u8>)> = (0..20)
+        .map(|i| (format!("d/f{i}"), pattern(1000 + 37_000 * i, 50 + i as u64)))
+        .collect();
+    for (name, data) in &files {
+        fs::write(m.path(name), data).unwrap();
+    }
+    fs::write(m.path("odd"), b"same size, other bytes: one").unwrap();
+    m.unmount();
+    corrupt_keeping_times(&legs[1].join("odd"), 5, 1);
+
+    let mut r = mount_ok(&legs, &mnt, &["read_policy=leg:leg1"]);
+    let done = wait_for(Duration::from_secs(60), || {
+        stats(&mnt)
+            .integrity
+            .and_then(|i| i.backfill)
+            .is_some_and(|b| b.state == mirrorfs::stats::JobState::Finished)
+    });
+    let st = stats(&mnt);
+    assert!(done, "the walk did not finish: {:?}", st.integrity);
+    let ig = st.integrity.unwrap();
+    let b = ig.backfill.unwrap();
+    assert_eq!(
+        (b.done_entries, b.differences, b.errors),
+        (21, 1, 0),
+        "{b:?}"
+    );
+    let want_bytes: u64 = files.iter().map(|(_, d)| 2 * d.len() as u64).sum::<u64>() + 2 * 27;
+    assert_eq!(b.done_bytes, want_bytes, "every copy hashed once");
+    wait_committed(&mnt);
+    assert_eq!(stats(&mnt).integrity.unwrap().files_covered, 20);
+    // Rot on leg1 (which serves reads) of a file covered by the walk: found and repaired.
+    let (name, data) = &files[7];
+    corrupt_keeping_times(&legs[1].join(name), 1234, 1);
+    drop_caches();
+    assert_bytes_eq(&fs::read(mnt.join(name)).unwrap(), data, name);
+    assert_eq!(stats(&mnt).legs[1].checksum_errors, 1);
+    assert_content_on_legs(&legs, name, data);
+    r.unmount();
+    // The walk is done for these stores: not again.
+    let mut r = mount_ok(&legs, &mnt, &[]);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(stats(&mnt).integrity.unwrap().backfill.is_none());
+    r.unmount();
+}

@@ -290,6 +290,11 @@ fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), Stri
             log::error!("cannot start the first-mount scrub: {e}");
         }
     }
+    // Files without checksums (older than them, or written with them off) get them in the
+    // background.
+    if let Err(e) = fs.recovery().start_backfill() {
+        log::error!("cannot start giving older files checksums: {e}");
+    }
     if let Some(mut w) = ready.take() {
         let _ = w.write_all(b"OK");
         drop(w);

@@ -184,6 +184,9 @@ pub fn render(st: &Stats) -> String {
             }
             let _ = writeln!(o);
         }
+        if let Some(b) = &ig.backfill {
+            let _ = writeln!(o, "{}", scan_line("checksums for older files", b));
+        }
         let _ = writeln!(
             o,
             "checksums: {} file(s) covered, {} of checksums; {} pending; {} block(s) verified \

@@ -33,10 +33,12 @@ impl MirrorFs {
             return None;
         }
         let mut slot = inode.sums.lock();
+        let epoch = ig.coverage_epoch();
         match &*slot {
             Sums::Covered(f) => return Some(f.clone()),
-            Sums::Uncovered => return None,
-            Sums::Unknown => {}
+            // u64::MAX: the root, never a file.
+            Sums::Uncovered(e) if *e == epoch || *e == u64::MAX => return None,
+            Sums::Uncovered(_) | Sums::Unknown => {}
         }
         let leg = self.mirror.metadata_leg();
         let id = match inode.fd(leg) {
@@ -59,7 +61,7 @@ impl MirrorFs {
         };
         *slot = match &found {
             Some(f) => Sums::Covered(f.clone()),
-            None => Sums::Uncovered,
+            None => Sums::Uncovered(epoch),
         };
         found
     }
@@ -78,7 +80,7 @@ impl MirrorFs {
         });
         *inode.sums.lock() = match set {
             Ok(done) if done.len() == legs.len() => Sums::Covered(ig.new_file(id)),
-            _ => Sums::Uncovered,
+            _ => Sums::Uncovered(ig.coverage_epoch()),
         };
     }
 

@@ -430,6 +430,13 @@ impl MirrorFs {
                     ranges: d.ranges.into_iter().map(|(o, l)| [o, l]).collect(),
                 })
                 .collect(),
+            backfill: self.recovery.backfill_job().map(|j| {
+                j.scan_stats(vec![self
+                    .mirror
+                    .leg(self.mirror.metadata_leg())
+                    .name
+                    .clone()])
+            }),
             diverged: ig
                 .diverged()
                 .into_iter()

@@ -66,8 +66,9 @@ pub enum Sums {
     /// Not looked for yet.
     #[default]
     Unknown,
-    /// The file has none (from before checksums, or checksums are off).
-    Uncovered,
+    /// The file had none (from before checksums, or checksums are off) at this coverage
+    /// epoch (`Integrity::coverage_epoch`): looked for again once it moves on.
+    Uncovered(u64),
     Covered(Arc<crate::integrity::FileSums>),
 }
 
@@ -362,7 +363,7 @@ impl InodeTable {
                     cache: cache.clone(),
                     dir_lock: RwLock::new(()),
                     data_lock: RwLock::new(()),
-                    sums: Mutex::new(Sums::Uncovered),
+                    sums: Mutex::new(Sums::Uncovered(u64::MAX)),
                 }),
                 lookups: 1,
             },

@@ -80,6 +80,8 @@ pub struct Integrity {
     damaged: Mutex<BTreeMap<u64, Damage>>,
     /// How many files `damaged` lists (read without its lock on every write).
     damaged_count: AtomicU64,
+    /// See [`Integrity::covered_more`].
+    coverage_epoch: AtomicU64,
     /// Files whose copy on some leg was changed behind the mirror's back: path, leg names.
     diverged: Mutex<BTreeMap<String, BTreeSet<String>>>,
     pub counters: Counters,
@@ -107,6 +109,7 @@ impl Integrity {
             generation: AtomicU64::new(0),
             damaged: Mutex::new(BTreeMap::new()),
             damaged_count: AtomicU64::new(0),
+            coverage_epoch: AtomicU64::new(0),
             diverged: Mutex::new(BTreeMap::new()),
             counters: Counters::default(),
         }
@@ -222,6 +225,36 @@ impl Integrity {
         let st = Store::open(root)?;
         self.stores.write()[slot] = Some(Arc::new(st));
         Ok(())
+    }
+
+    /// Whether the walk that gives files without checksums theirs has finished on these
+    /// stores (`backfill` in `meta`).
+    pub fn backfill_done(&self) -> bool {
+        self.reader()
+            .and_then(|s| s.meta("backfill").ok().flatten())
+            .is_some()
+    }
+
+    /// Records in every store that the walk finished.
+    pub fn set_backfill_done(&self) -> io::Result<()> {
+        let _c = self.commit_lock.lock();
+        let g = self.generation.load(Ordering::Relaxed);
+        let stores: Vec<Arc<Store>> = self.stores.read().iter().flatten().cloned().collect();
+        for s in stores {
+            s.set_meta("backfill", g)?;
+        }
+        Ok(())
+    }
+
+    /// Files that had no checksums may have them now: whoever cached "no checksums" looks
+    /// again ([`Integrity::coverage_epoch`]).
+    pub fn covered_more(&self) {
+        self.coverage_epoch.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Moves on whenever files without checksums get them in the background.
+    pub fn coverage_epoch(&self) -> u64 {
+        self.coverage_epoch.load(Ordering::Acquire)
     }
 
     /// How many legs have a store open.

@@ -154,6 +154,26 @@ impl Store {
         Ok(g.map_or(0, |g| g.value()))
     }
 
+    /// A `meta` value (None if unset).
+    pub fn meta(&self, key: &str) -> io::Result<Option<u64>> {
+        let p = &self.path;
+        let tx = self.db.begin_read().map_err(|e| err("read", p, e))?;
+        let meta = tx.open_table(META).map_err(|e| err("meta", p, e))?;
+        let v = meta.get(key).map_err(|e| err("meta", p, e))?;
+        Ok(v.map(|g| g.value()))
+    }
+
+    /// Sets a `meta` value, durably.
+    pub fn set_meta(&self, key: &str, value: u64) -> io::Result<()> {
+        let p = &self.path;
+        let tx = self.db.begin_write().map_err(|e| err("begin", p, e))?;
+        {
+            let mut meta = tx.open_table(META).map_err(|e| err("meta", p, e))?;
+            meta.insert(key, value).map_err(|e| err("meta", p, e))?;
+        }
+        tx.commit().map_err(|e| err("commit", p, e))
+    }
+
     /// Whether file `id` is covered.
     pub fn has_file(&self, id: u64) -> io::Result<bool> {
         let p = &self.path;

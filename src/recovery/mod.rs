@@ -8,6 +8,7 @@
 //! [`LiveObjects`] trait, which the core implements: it knows nothing of FUSE, inodes or
 //! handles, and holds no pointer back into the core.
 
+mod backfill;
 pub mod command;
 mod resync;
 mod scrub;
@@ -49,6 +50,8 @@ pub struct Recovery {
     mount: PathBuf,
     resync: Mutex<Option<Arc<ResyncJob>>>,
     scrub: Mutex<Option<Arc<ScrubJob>>>,
+    /// Checksums for the files without (`backfill.rs`).
+    backfill: Mutex<Option<Arc<backfill::BackfillJob>>>,
     /// Bytes per second a resync or scrub may read or write; 0 = unlimited.
     speed_max: AtomicU64,
     /// The one throttle resyncs and scrubs share, so that a new `resync_speed_max` applies
@@ -76,6 +79,7 @@ impl Recovery {
             mount,
             resync: Mutex::new(None),
             scrub: Mutex::new(None),
+            backfill: Mutex::new(None),
             speed_max: AtomicU64::new(0),
             throttle: Arc::new(Throttle::new(None)),
         })

@@ -1417,7 +1417,11 @@ pub fn snapshot_tree(root: &Path) -> BTreeMap<PathBuf, String> {
             let c = fs::read(p).unwrap_or_default();
             s += &format!(" content={:?}", String::from_utf8_lossy(&c));
         }
-        s += &format!(" xattrs={}", fmt_xattrs(&all_xattrs(p)));
+        // A file's checksum identity (`user.mirrorfs.id`, docs/integrity.md) is mirrorfs's own
+        // metadata, given to adopted files in the background: not part of the data.
+        let mut x = all_xattrs(p);
+        x.remove("user.mirrorfs.id");
+        s += &format!(" xattrs={}", fmt_xattrs(&x));
         s
     }
     out.insert(PathBuf::from("."), describe(root));
