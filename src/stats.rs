@@ -49,6 +49,13 @@ pub struct Stats {
 pub struct IntegrityStats {
     /// Files whose checksums are in the stores.
     pub files_covered: u64,
+    /// Their bytes (sizes at the last commit).
+    #[serde(default)]
+    pub bytes_covered: u64,
+    /// Bytes of files without checksums that the background walk has still to hash (0 when
+    /// it is not running).
+    #[serde(default)]
+    pub bytes_pending: u64,
     /// Records of 256 checksums (1 MiB of data each) in a store.
     pub records: u64,
     /// Size of the metadata leg's store file, bytes.

@@ -446,8 +446,22 @@ fn a_deleted_store_is_rebuilt() {
             .try_into()
             .unwrap(),
     );
-    let a = mirrorfs::integrity::store::Store::open(&legs[0]).unwrap();
-    let b = mirrorfs::integrity::store::Store::open(&legs[1]).unwrap();
+    // The daemon lets go of the stores a moment after umount returns (issue 14's "unmount that
+    // releases the disks"): wait for that.
+    let open = |l: &Path| {
+        let mut tries = 0;
+        loop {
+            match mirrorfs::integrity::store::Store::open(l) {
+                Err(e) if e.kind() == std::io::ErrorKind::ResourceBusy && tries < 100 => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                r => break r.unwrap(),
+            }
+        }
+    };
+    let a = open(&legs[0]);
+    let b = open(&legs[1]);
     assert_eq!(a.counts().unwrap(), b.counts().unwrap());
     assert!(b.has_file(id).unwrap());
     for n in 0..4 {
@@ -488,7 +502,10 @@ fn kill_9_during_fio_random_writes() {
             "--name=crash",
             "--rw=randwrite",
             "--bs=4k",
-            "--size=16m",
+            // Never a whole pass over the file: fio's --verify_only replay is unreliable across
+            // the wrap of its random map (seen once, at exactly one full pass).
+            "--size=64m",
+            "--number_ios=3000",
             "--ioengine=psync",
             "--verify=crc32c",
             "--verify_state_save=1",
@@ -501,11 +518,7 @@ fn kill_9_during_fio_random_writes() {
         if verify_only {
             a.extend(["--verify_only".into(), "--verify_state_load=1".into()]);
         } else {
-            a.extend([
-                "--do_verify=0".into(),
-                "--time_based".into(),
-                "--runtime=30".into(),
-            ]);
+            a.push("--do_verify=0".into());
         }
         a
     };
@@ -573,7 +586,7 @@ fn kill_9_during_fio_random_writes() {
         drop_caches();
         let data = fs::read(mnt.join("fio.dat"))
             .unwrap_or_else(|e| panic!("round {round}: reading fio's file back: {e}"));
-        assert_eq!(data.len(), 16 << 20);
+        assert_eq!(data.len(), 64 << 20);
         fs::read(mnt.join("noise.dat"))
             .unwrap_or_else(|e| panic!("round {round}: reading the other file back: {e}"));
         let out = Command::new("fio")
@@ -792,10 +805,20 @@ fn older_files_get_checksums_in_the_background() {
         (21, 1, 0),
         "{b:?}"
     );
-    let want_bytes: u64 = files.iter().map(|(_, d)| 2 * d.len() as u64).sum::<u64>() + 2 * 27;
-    assert_eq!(b.done_bytes, want_bytes, "every copy hashed once");
+    assert_eq!(b.total_entries, 21, "counted first: {b:?}");
+    let covered: u64 = files.iter().map(|(_, d)| d.len() as u64).sum();
+    let odd = b"same size, other bytes: one".len() as u64;
+    assert_eq!(
+        (b.done_bytes, b.total_bytes),
+        (covered + odd, covered + odd),
+        "{b:?}"
+    );
     wait_committed(&mnt);
-    assert_eq!(stats(&mnt).integrity.unwrap().files_covered, 20);
+    let ig = stats(&mnt).integrity.unwrap();
+    assert_eq!(
+        (ig.files_covered, ig.bytes_covered, ig.bytes_pending),
+        (20, covered, 0)
+    );
     // Rot on leg1 (which serves reads) of a file covered by the walk: found and repaired.
     let (name, data) = &files[7];
     corrupt_keeping_times(&legs[1].join(name), 1234, 1);

@@ -189,10 +189,12 @@ pub fn render(st: &Stats) -> String {
         }
         let _ = writeln!(
             o,
-            "checksums: {} file(s) covered, {} of checksums; {} pending; {} block(s) verified \
-             since the mount{}",
+            "checksums: {} file(s), {} covered ({} of checksums), {} to do; {} file(s) to \
+             commit; {} block(s) verified since the mount{}",
             ig.files_covered,
+            human_bytes(ig.bytes_covered),
             human_bytes(ig.store_bytes),
+            human_bytes(ig.bytes_pending),
             ig.files_pending,
             ig.verified_blocks,
             if ig.crash_resolved > 0 {

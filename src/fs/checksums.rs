@@ -479,7 +479,8 @@ impl MirrorFs {
         let leg = self.mirror.metadata_leg();
         let fd = sys::fd::reopen(inode.fd(leg)?.as_fd(), libc::O_RDONLY)?;
         let sums = integrity::hash_fd(fd.as_fd()).map_err(|e| self.checksum_failure(inode, e))?;
-        self.mirror.integrity().record_whole(f.id, sums);
+        let size = sys::fd::fstat(fd.as_fd())?.st_size as u64;
+        self.mirror.integrity().record_whole(f.id, sums, size);
         Ok(())
     }
 

@@ -415,8 +415,20 @@ impl MirrorFs {
             .and_then(|s| std::fs::metadata(s.path()).ok())
             .map_or(0, |m| m.len());
         let c = &ig.counters;
+        let backfill = self.recovery.backfill_job();
+        let bytes_pending = backfill
+            .as_ref()
+            .filter(|j| j.state.lock().is_running())
+            .map_or(0, |j| {
+                let p = &j.progress;
+                p.bytes_total
+                    .load(Ordering::Relaxed)
+                    .saturating_sub(p.bytes_done.load(Ordering::Relaxed))
+            });
         Some(crate::stats::IntegrityStats {
             files_covered,
+            bytes_covered: ig.covered_bytes(),
+            bytes_pending,
             records,
             store_bytes,
             files_pending: ig.dirty_files() as u64,
@@ -430,7 +442,7 @@ impl MirrorFs {
                     ranges: d.ranges.into_iter().map(|(o, l)| [o, l]).collect(),
                 })
                 .collect(),
-            backfill: self.recovery.backfill_job().map(|j| {
+            backfill: backfill.map(|j| {
                 j.scan_stats(vec![self
                     .mirror
                     .leg(self.mirror.metadata_leg())

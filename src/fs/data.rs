@@ -403,7 +403,8 @@ impl MirrorFs {
             })?;
         h.wrote.store(true, Ordering::Relaxed);
         if let (Some(f), Some((first, new))) = (&sums, new_sums) {
-            f.set(self.mirror.integrity(), first, &new)
+            let end = offset + data.len() as u64;
+            f.set(self.mirror.integrity(), first, &new, end)
                 .map_err(|e| self.checksum_failure(&h.inode, e))?;
         }
         agree(&self.mirror, "write", &written)
@@ -496,11 +497,15 @@ impl MirrorFs {
         })?;
         h.wrote.store(true, Ordering::Relaxed);
         if let (Some(f), Some((first, new))) = (&sums, new_sums) {
-            f.set(self.mirror.integrity(), first, &new)
+            f.set(self.mirror.integrity(), first, &new, 0)
                 .map_err(|e| self.checksum_failure(&h.inode, e))?;
         }
         if let (Some(f), true) = (&sums, shifts) {
             self.rehash(&h.inode, f)?;
+        } else if let (Some(f), 0) = (&sums, mode & libc::FALLOC_FL_KEEP_SIZE) {
+            // It may have grown the file (zeros: no checksum changes, but the size counts).
+            let st = self.on_metadata_leg("fstat", |leg| sys::fd::fstat(h.fd(leg)?.as_fd()))?;
+            f.set_size(self.mirror.integrity(), st.st_size as u64);
         }
         Ok(())
     }

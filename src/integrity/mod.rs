@@ -279,17 +279,17 @@ impl Integrity {
         let Some(store) = self.reader() else {
             return Ok(None);
         };
-        if !store.has_file(id)? {
+        let Some(size) = store.file_size(id)? else {
             return Ok(None);
-        }
-        let f = Arc::new(FileSums::new(id, false));
+        };
+        let f = Arc::new(FileSums::new(id, false, size));
         live.insert(id, Arc::downgrade(&f));
         Ok(Some(f))
     }
 
     /// Checksums for a new (or newly emptied) file `id`: every block zero until written.
     pub fn new_file(&self, id: u64) -> Arc<FileSums> {
-        let f = Arc::new(FileSums::new(id, true));
+        let f = Arc::new(FileSums::new(id, true, 0));
         f.state.lock().changed = true;
         self.live.lock().insert(id, Arc::downgrade(&f));
         self.dirty.lock().insert(id, f.clone());
@@ -355,15 +355,15 @@ impl Integrity {
         failed
     }
 
-    /// Commits the full checksums of file `id` (rehashed from a leg's copy after a crash, or
-    /// for a file from before checksums), replacing whatever the store had.
-    pub fn record_whole(&self, id: u64, sums: Vec<Sum>) {
+    /// Commits the full checksums of file `id`, `size` bytes long (rehashed from a leg's copy
+    /// after a crash, or for a file from before checksums), replacing what the store had.
+    pub fn record_whole(&self, id: u64, sums: Vec<Sum>, size: u64) {
         let f = {
             let mut live = self.live.lock();
             match live.get(&id).and_then(Weak::upgrade) {
                 Some(f) => f,
                 None => {
-                    let f = Arc::new(FileSums::new(id, true));
+                    let f = Arc::new(FileSums::new(id, true, size));
                     live.insert(id, Arc::downgrade(&f));
                     f
                 }
@@ -377,6 +377,7 @@ impl Integrity {
             st.fresh = true;
             st.deleted = false;
             st.changed = true;
+            st.size = size;
             for (n, c) in sums.chunks(CHUNK_BLOCKS as usize).enumerate() {
                 let mut v = c.to_vec();
                 v.resize(CHUNK_BLOCKS as usize, zero_sum());
@@ -403,6 +404,13 @@ impl Integrity {
         }
         trim_zeros(&mut out);
         Ok(Some(out))
+    }
+
+    /// Bytes of the covered files, at the last commit.
+    pub fn covered_bytes(&self) -> u64 {
+        self.reader()
+            .and_then(|s| s.meta("covered_bytes").ok().flatten())
+            .unwrap_or(0)
     }
 
     /// Files whose covered records are stored (all stores alike): files, records.
@@ -506,16 +514,19 @@ struct State {
     deleted: bool,
     /// Something to commit (records, a truncation, a removal, or a new file's record).
     changed: bool,
+    /// The file's size (for the stores' `covered_bytes`).
+    size: u64,
     /// What the last [`FileSums::take_change`] took, until the commit is known to be written.
     taken: Option<(BTreeSet<u64>, Option<u64>)>,
 }
 
 impl FileSums {
-    fn new(id: u64, fresh: bool) -> FileSums {
+    fn new(id: u64, fresh: bool, size: u64) -> FileSums {
         FileSums {
             id,
             state: Mutex::new(State {
                 fresh,
+                size,
                 ..Default::default()
             }),
             registered: std::sync::atomic::AtomicBool::new(false),
@@ -532,6 +543,19 @@ impl FileSums {
             st.chunks.insert(n, c);
         }
         Ok(st.chunks.get_mut(&n).expect("inserted"))
+    }
+
+    /// The file is `size` bytes long now (a change that grew it without new data: fallocate).
+    pub fn set_size(self: &Arc<Self>, ig: &Integrity, size: u64) {
+        {
+            let mut st = self.state.lock();
+            if st.size == size {
+                return;
+            }
+            st.size = size;
+            st.changed = true;
+        }
+        ig.mark_dirty(self);
     }
 
     /// Whether the file was removed (nothing to verify).
@@ -591,10 +615,18 @@ impl FileSums {
         Ok(self.load(ig, &mut st, c)?[k])
     }
 
-    /// Blocks from `first` on now hold data with these checksums.
-    pub fn set(self: &Arc<Self>, ig: &Integrity, first: u64, sums: &[Sum]) -> io::Result<()> {
+    /// Blocks from `first` on now hold data with these checksums; the file is at least `end`
+    /// bytes long now.
+    pub fn set(
+        self: &Arc<Self>,
+        ig: &Integrity,
+        first: u64,
+        sums: &[Sum],
+        end: u64,
+    ) -> io::Result<()> {
         {
             let mut st = self.state.lock();
+            st.size = st.size.max(end);
             for (i, s) in sums.iter().enumerate() {
                 let (c, k) = chunk_of(first + i as u64);
                 self.load(ig, &mut st, c)?[k] = *s;
@@ -634,6 +666,7 @@ impl FileSums {
             st.chunks.retain(|&n, _| n < keep);
             st.dirty.retain(|&n| n < keep);
             st.drop_from = Some(st.drop_from.map_or(keep, |d| d.min(keep)));
+            st.size = size;
             if let Some(t) = tail {
                 let (c, k) = chunk_of(size / sum::BLOCK);
                 self.load(ig, &mut st, c)?[k] = t;
@@ -676,6 +709,7 @@ impl FileSums {
             st.fresh = false;
         }
         Some(FileChange {
+            size: st.size,
             id: self.id,
             delete: st.deleted,
             drop_from: if st.deleted { None } else { drop_from },
@@ -786,7 +820,7 @@ mod tests {
         let (_d, ig) = mount(2);
         let f = ig.new_file(11);
         let data = [block(1), block(2), b"tail".to_vec()].concat();
-        f.set(&ig, 0, &sum::sums_of(&data)).unwrap();
+        f.set(&ig, 0, &sum::sums_of(&data), 0).unwrap();
         assert_eq!(f.verify(&ig, 0, &data, true).unwrap(), Verdict::Good);
         let mut rotten = data.clone();
         rotten[BLOCK as usize + 17] ^= 0x40;
@@ -810,7 +844,7 @@ mod tests {
         let data: Vec<u8> = (0..3 * CHUNK_BLOCKS * BLOCK / 2)
             .map(|i| (i % 251) as u8)
             .collect();
-        f.set(&ig, 0, &sum::sums_of(&data)).unwrap();
+        f.set(&ig, 0, &sum::sums_of(&data), 0).unwrap();
         assert!(ig.backlog() > 0);
         assert!(ig.commit().is_empty());
         assert_eq!(ig.backlog(), 0);
@@ -839,14 +873,14 @@ mod tests {
         let data: Vec<u8> = (0..2 * CHUNK_BLOCKS * BLOCK)
             .map(|i| (i % 13) as u8 + 1)
             .collect();
-        f.set(&ig, 0, &sum::sums_of(&data)).unwrap();
+        f.set(&ig, 0, &sum::sums_of(&data), 0).unwrap();
         ig.commit();
         // Cut inside block 3: block 3 keeps 100 bytes.
         let size = 3 * BLOCK + 100;
         let tail = sum(&data[3 * BLOCK as usize..size as usize]);
         f.truncate(&ig, size, Some(tail)).unwrap();
         ig.commit();
-        let fresh = Arc::new(FileSums::new(9, false));
+        let fresh = Arc::new(FileSums::new(9, false, 0));
         assert_eq!(
             fresh.verify(&ig, 0, &data[..size as usize], true).unwrap(),
             Verdict::Good
@@ -859,7 +893,7 @@ mod tests {
     fn a_removed_file_leaves_nothing_and_verifies_nothing() {
         let (_d, ig) = mount(2);
         let f = ig.new_file(3);
-        f.set(&ig, 0, &[sum(&block(7))]).unwrap();
+        f.set(&ig, 0, &[sum(&block(7))], 0).unwrap();
         ig.commit();
         f.delete(&ig);
         assert_eq!(
@@ -875,7 +909,7 @@ mod tests {
     fn a_lost_or_older_store_is_rebuilt_from_the_newest() {
         let (dirs, ig) = mount(2);
         let f = ig.new_file(1);
-        f.set(&ig, 0, &[sum(&block(3))]).unwrap();
+        f.set(&ig, 0, &[sum(&block(3))], 0).unwrap();
         ig.commit();
         drop(f);
         drop(ig);
@@ -896,11 +930,11 @@ mod tests {
     fn a_whole_file_recorded_again_replaces_what_was_there() {
         let (_d, ig) = mount(1);
         let f = ig.new_file(8);
-        f.set(&ig, 0, &[sum(&block(1)), sum(&block(2))]).unwrap();
+        f.set(&ig, 0, &[sum(&block(1)), sum(&block(2))], 0).unwrap();
         ig.commit();
         // Known and not known in memory alike.
-        ig.record_whole(8, vec![sum(&block(3))]);
-        ig.record_whole(9, vec![sum(&block(4))]);
+        ig.record_whole(8, vec![sum(&block(3))], 4096);
+        ig.record_whole(9, vec![sum(&block(4))], 4096);
         assert!(ig.commit().is_empty());
         assert_eq!(f.verify(&ig, 0, &block(3), true).unwrap(), Verdict::Good);
         let g = ig.file(9).unwrap().expect("recorded");
@@ -913,7 +947,7 @@ mod tests {
         let f = ig.new_file(4);
         ig.record_damage(4, "a/b".into(), 4096, 4096);
         assert_eq!(ig.damaged().len(), 1);
-        f.set(&ig, 1, &[sum(&block(1))]).unwrap();
+        f.set(&ig, 1, &[sum(&block(1))], 0).unwrap();
         assert!(ig.damaged().is_empty());
     }
 }

@@ -8,8 +8,10 @@
 //!
 //! - table `meta` (`&str` → `u64`): `format` = [`FORMAT`], `block_size` = 4096, `algorithm` = 1
 //!   (CRC-32C), `generation` (one more at every commit; the same on every in-sync leg).
-//! - table `files` (`u64` file id → `u64` generation of the commit that first recorded it): the
-//!   files whose data is covered. A file without a record is not covered (not verified).
+//! - table `files` (`u64` file id → `(u64, u64)`: the generation of the commit that first
+//!   recorded it, and the file's size at the last commit): the files whose data is covered. A
+//!   file without a record is not covered (not verified). `meta`'s `covered_bytes` is the sum
+//!   of those sizes.
 //! - table `sums` (`(u64 file id, u64 record number)` → bytes): the checksums of blocks
 //!   `256 * n .. 256 * n + 255`, 4 bytes each, little-endian; a record that is absent is 256
 //!   blocks of zeros (a hole, or past the end of the file), and so is a short record's tail.
@@ -27,7 +29,7 @@ pub const FORMAT: u64 = 1;
 pub const ALGORITHM_CRC32C: u64 = 1;
 
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
-const FILES: TableDefinition<u64, u64> = TableDefinition::new("files");
+const FILES: TableDefinition<u64, (u64, u64)> = TableDefinition::new("files");
 const SUMS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("sums");
 
 fn err(what: &str, path: &Path, e: impl std::fmt::Display) -> io::Error {
@@ -42,6 +44,8 @@ pub struct FileChange {
     pub delete: bool,
     /// Records from this number on are removed first (a truncation).
     pub drop_from: Option<u64>,
+    /// The file's size now.
+    pub size: u64,
     /// Records to write (an all-zero record is removed instead).
     pub chunks: Vec<(u64, Vec<Sum>)>,
 }
@@ -176,11 +180,16 @@ impl Store {
 
     /// Whether file `id` is covered.
     pub fn has_file(&self, id: u64) -> io::Result<bool> {
+        Ok(self.file_size(id)?.is_some())
+    }
+
+    /// The size of file `id` at the last commit, if it is covered.
+    pub fn file_size(&self, id: u64) -> io::Result<Option<u64>> {
         let p = &self.path;
         let tx = self.db.begin_read().map_err(|e| err("read", p, e))?;
         let files = tx.open_table(FILES).map_err(|e| err("files", p, e))?;
         let r = files.get(id).map_err(|e| err("files", p, e))?;
-        Ok(r.is_some())
+        Ok(r.map(|v| v.value().1))
     }
 
     /// The checksums of record `chunk` of file `id` ([`CHUNK_BLOCKS`] of them).
@@ -243,8 +252,18 @@ impl Store {
         {
             let mut files = tx.open_table(FILES).map_err(|e| err("files", p, e))?;
             let mut sums = tx.open_table(SUMS).map_err(|e| err("sums", p, e))?;
+            let mut meta = tx.open_table(META).map_err(|e| err("meta", p, e))?;
+            let mut covered = meta
+                .get("covered_bytes")
+                .map_err(|e| err("meta", p, e))?
+                .map_or(0, |g| g.value());
             let zero = zero_sum();
             for c in changes {
+                let old = files
+                    .get(c.id)
+                    .map_err(|e| err("files", p, e))?
+                    .map(|g| g.value());
+                covered = covered.saturating_sub(old.map_or(0, |o| o.1));
                 if c.delete || c.drop_from.is_some() {
                     let from = if c.delete {
                         0
@@ -258,11 +277,10 @@ impl Store {
                     files.remove(c.id).map_err(|e| err("files", p, e))?;
                     continue;
                 }
-                if files.get(c.id).map_err(|e| err("files", p, e))?.is_none() {
-                    files
-                        .insert(c.id, generation)
-                        .map_err(|e| err("files", p, e))?;
-                }
+                covered += c.size;
+                files
+                    .insert(c.id, (old.map_or(generation, |o| o.0), c.size))
+                    .map_err(|e| err("files", p, e))?;
                 for (n, chunk) in &c.chunks {
                     // Trailing zero sums are implied: store up to the last non-zero one.
                     let keep = chunk.iter().rposition(|&s| s != zero).map_or(0, |i| i + 1);
@@ -274,8 +292,9 @@ impl Store {
                     }
                 }
             }
-            let mut meta = tx.open_table(META).map_err(|e| err("meta", p, e))?;
             meta.insert("generation", generation)
+                .map_err(|e| err("meta", p, e))?;
+            meta.insert("covered_bytes", covered)
                 .map_err(|e| err("meta", p, e))?;
         }
         tx.commit().map_err(|e| err("commit", p, e))
@@ -335,6 +354,7 @@ mod tests {
         let change = FileChange {
             id: 7,
             chunks: vec![(0, c0.clone()), (1, c1.clone()), (2, c1.clone())],
+            size: 3 << 20,
             ..Default::default()
         };
         s.commit(&[change], 1).unwrap();
@@ -343,9 +363,12 @@ mod tests {
         assert_eq!(s.chunk(7, 1).unwrap(), c1);
         assert_eq!(s.generation().unwrap(), 1);
         assert_eq!(s.counts().unwrap(), (1, 3));
+        assert_eq!(s.meta("covered_bytes").unwrap(), Some(3 << 20));
+        assert_eq!(s.file_size(7).unwrap(), Some(3 << 20));
         let cut = FileChange {
             id: 7,
             drop_from: Some(1),
+            size: 1 << 20,
             ..Default::default()
         };
         s.commit(&[cut], 2).unwrap();
@@ -354,6 +377,7 @@ mod tests {
             vec![zero_sum(); CHUNK_BLOCKS as usize]
         );
         assert_eq!(s.counts().unwrap(), (1, 1));
+        assert_eq!(s.meta("covered_bytes").unwrap(), Some(1 << 20));
         drop(s);
         // Reopened: the same.
         let s = Store::open(d.path()).unwrap();
@@ -369,6 +393,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(s.counts().unwrap(), (0, 0));
+        assert_eq!(s.meta("covered_bytes").unwrap(), Some(0));
     }
 
     #[test]

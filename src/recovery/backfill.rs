@@ -78,53 +78,84 @@ impl Recovery {
         self.backfill.lock().clone()
     }
 
-    fn run_backfill(&self, job: &BackfillJob) {
-        job.progress.set_phase(crate::tree::Phase::Running);
-        let mut differ = 0u64;
-        let r = (|| -> Result<()> {
-            let leg = self.mirror.metadata_leg();
-            let root = self.mirror.leg(leg).root()?;
-            let mut stack: Vec<PathBuf> = vec![PathBuf::new()];
-            while let Some(dir) = stack.pop() {
-                self.wait_until_whole(job)?;
-                let fd = match open_rel(root.as_fd(), &dir) {
-                    Ok(fd) => fd,
-                    Err(Errno::ENOENT) => continue,
-                    Err(e) => return Err(e),
-                };
-                let entries = match sys::dir::read_dir(fd.as_fd()) {
-                    Ok(e) => e,
-                    Err(Errno::ENOENT) => continue,
-                    Err(e) => return Err(e),
-                };
-                for e in entries {
-                    if dir.as_os_str().is_empty()
-                        && self.tree.skip_root_names.iter().any(|n| *n == e.name)
-                    {
-                        continue;
-                    }
-                    let rel = dir.join(&e.name);
-                    match e.d_type {
-                        libc::DT_DIR => stack.push(rel),
-                        libc::DT_REG | libc::DT_UNKNOWN => match self.backfill_file(job, &rel) {
-                            Ok(Outcome1::Covered) => Progress::add(&job.progress.entries_done, 1),
-                            Ok(Outcome1::Differ) => {
-                                differ += 1;
-                                Progress::add(&job.progress.differences, 1);
-                                Progress::add(&job.progress.entries_done, 1);
-                            }
-                            Ok(Outcome1::Skipped) => {}
-                            Err(Errno::ECANCELED) => return Err(Errno::ECANCELED),
-                            Err(err) => {
-                                Progress::add(&job.progress.errors, 1);
-                                log::error!("checksums: /{}: {err}", rel.display());
-                            }
-                        },
-                        _ => {}
-                    }
+    /// Calls `visit` with every regular file of the metadata leg's tree (and entries whose
+    /// type the directory does not say), directories first found, last walked.
+    fn walk(&self, job: &BackfillJob, visit: &mut dyn FnMut(&Path) -> Result<()>) -> Result<()> {
+        let leg = self.mirror.metadata_leg();
+        let root = self.mirror.leg(leg).root()?;
+        let mut stack: Vec<PathBuf> = vec![PathBuf::new()];
+        while let Some(dir) = stack.pop() {
+            self.wait_until_whole(job)?;
+            let fd = match open_rel(root.as_fd(), &dir) {
+                Ok(fd) => fd,
+                Err(Errno::ENOENT) => continue,
+                Err(e) => return Err(e),
+            };
+            let entries = match sys::dir::read_dir(fd.as_fd()) {
+                Ok(e) => e,
+                Err(Errno::ENOENT) => continue,
+                Err(e) => return Err(e),
+            };
+            for e in entries {
+                if dir.as_os_str().is_empty()
+                    && self.tree.skip_root_names.iter().any(|n| *n == e.name)
+                {
+                    continue;
+                }
+                let rel = dir.join(&e.name);
+                match e.d_type {
+                    libc::DT_DIR => stack.push(rel),
+                    libc::DT_REG | libc::DT_UNKNOWN => visit(&rel)?,
+                    _ => {}
                 }
             }
-            Ok(())
+        }
+        Ok(())
+    }
+
+    /// The size of `rel` on the metadata leg if it is a regular file without checksums.
+    fn uncovered_size(&self, rel: &Path) -> Option<u64> {
+        let root = self.mirror.leg(self.mirror.metadata_leg()).root().ok()?;
+        let fd = sys::fd::open_beneath(root.as_fd(), rel.as_os_str().as_bytes()).ok()?;
+        let st = sys::fd::fstat(fd.as_fd()).ok()?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return None;
+        }
+        let covered = integrity::id_of(fd.as_fd())
+            .is_some_and(|id| self.mirror.integrity().file(id).ok().flatten().is_some());
+        (!covered).then_some(st.st_size as u64)
+    }
+
+    fn run_backfill(&self, job: &BackfillJob) {
+        let mut differ = 0u64;
+        let r = (|| -> Result<()> {
+            // First the files and bytes to do (for the progress and `bytes_pending`).
+            job.progress.set_phase(crate::tree::Phase::Counting);
+            self.walk(job, &mut |rel| {
+                if let Some(size) = self.uncovered_size(rel) {
+                    Progress::add(&job.progress.entries_total, 1);
+                    Progress::add(&job.progress.bytes_total, size);
+                }
+                Ok(())
+            })?;
+            job.progress.set_phase(crate::tree::Phase::Running);
+            self.walk(job, &mut |rel| {
+                match self.backfill_file(job, rel) {
+                    Ok(Outcome1::Covered) => Progress::add(&job.progress.entries_done, 1),
+                    Ok(Outcome1::Differ) => {
+                        differ += 1;
+                        Progress::add(&job.progress.differences, 1);
+                        Progress::add(&job.progress.entries_done, 1);
+                    }
+                    Ok(Outcome1::Skipped) => {}
+                    Err(Errno::ECANCELED) => return Err(Errno::ECANCELED),
+                    Err(err) => {
+                        Progress::add(&job.progress.errors, 1);
+                        log::error!("checksums: /{}: {err}", rel.display());
+                    }
+                }
+                Ok(())
+            })
         })();
         let ig = self.mirror.integrity();
         for (leg, e) in ig.commit() {
@@ -211,7 +242,8 @@ impl Recovery {
         let id = integrity::id_of(first.as_fd());
         if let Some(id) = id {
             if ig.file(id).map_err(Errno::from)?.is_some() {
-                return Ok(Outcome1::Covered);
+                // Covered already (a hard link of a file done, or written meanwhile).
+                return Ok(Outcome1::Skipped);
             }
         }
         let mut all: Vec<Vec<Sum>> = Vec::new();
@@ -220,9 +252,9 @@ impl Recovery {
             self.throttle.consume(st.st_size as u64, &job.cancel)?;
             let mut sums = integrity::hash_fd(file.as_fd()).map_err(Errno::from)?;
             integrity::trim_zeros(&mut sums);
-            Progress::add(&job.progress.bytes_done, st.st_size as u64);
             all.push(sums);
         }
+        Progress::add(&job.progress.bytes_done, st.st_size as u64);
         if all.iter().any(|s| *s != all[0]) {
             log::warn!(
                 "checksums: /{}: its copies differ: left without checksums (nothing says which \
@@ -241,7 +273,7 @@ impl Recovery {
                 id
             }
         };
-        ig.record_whole(id, all.swap_remove(0));
+        ig.record_whole(id, all.swap_remove(0), st.st_size as u64);
         ig.covered_more();
         if ig.backlog() >= integrity::COMMIT_BACKLOG / 4 {
             for (leg, e) in ig.commit() {

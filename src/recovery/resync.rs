@@ -216,10 +216,10 @@ impl Recovery {
             let Ok(fd) = crate::sys::fd::open_beneath(src, p.as_os_str().as_bytes()) else {
                 continue;
             };
-            match crate::sys::fd::fstat(fd.as_fd()) {
-                Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFREG => {}
+            let size = match crate::sys::fd::fstat(fd.as_fd()) {
+                Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFREG => st.st_size as u64,
                 _ => continue,
-            }
+            };
             let Ok(file) = crate::sys::fd::reopen(fd.as_fd(), libc::O_RDONLY) else {
                 continue;
             };
@@ -228,7 +228,7 @@ impl Recovery {
             };
             match crate::integrity::hash_fd(file.as_fd()) {
                 Ok(sums) => {
-                    ig.record_whole(id, sums);
+                    ig.record_whole(id, sums, size);
                     n += 1;
                 }
                 Err(e) => log::error!("after the crash: cannot hash '{}': {e}", p.display()),

@@ -139,7 +139,8 @@ fn rehash(mirror: &Mirror, job: &ScrubJob, rel: &Path, id: u64) -> Result<()> {
     let file = crate::sys::fd::reopen(fd.as_fd(), libc::O_RDONLY)?;
     let sums = crate::integrity::hash_fd(file.as_fd()).map_err(Errno::from)?;
     let ig = mirror.integrity();
-    ig.record_whole(id, sums);
+    let size = crate::sys::fd::fstat(file.as_fd())?.st_size as u64;
+    ig.record_whole(id, sums, size);
     for (leg, e) in ig.commit() {
         log::error!("scrub: checksum commit to leg {leg}: {e}");
     }
