@@ -97,9 +97,7 @@ impl Recovery {
                 Err(e) => return Err(e),
             };
             for e in entries {
-                if dir.as_os_str().is_empty()
-                    && self.tree.skip_root_names.iter().any(|n| *n == e.name)
-                {
+                if dir.as_os_str().is_empty() && self.tree.skip_root_names.contains(&e.name) {
                     continue;
                 }
                 let rel = dir.join(&e.name);
