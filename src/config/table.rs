@@ -100,6 +100,9 @@ fn secs(d: std::time::Duration) -> String {
 /// The most FUSE worker threads, and I/O threads per leg.
 pub const MAX_THREADS: u64 = 256;
 
+/// The option that reads more options from a file (`-o config=FILE`).
+pub const CONFIG: &str = "config";
+
 /// Every mount option, in the order the docs list them.
 pub static OPTIONS: &[OptionSpec] = &[
     OptionSpec {
@@ -357,6 +360,23 @@ pub static OPTIONS: &[OptionSpec] = &[
             Ok(())
         },
         show: |c| yes_no(c.dirsync),
+    },
+    OptionSpec {
+        name: CONFIG,
+        opposite: None,
+        form: "FILE",
+        default: "",
+        live: false,
+        doc: "more options from FILE, one per line as `-o` takes them (`name=value` or `flag`), `#` starting a comment; they apply where `config=` stands, so later options win; an error names FILE:LINE",
+        apply: |c, g| {
+            let file = text(g)?;
+            let lines = super::read_config_file(file)?;
+            match c.apply_lines(file, &lines).into_iter().next() {
+                None => Ok(()),
+                Some(e) => Err(e),
+            }
+        },
+        show: |c| c.config_files.join(":"),
     },
     OptionSpec {
         name: "fault_injection",
