@@ -167,6 +167,15 @@ pub struct LegStats {
     /// Whole reads of a sequential stream spread over several legs that this leg served.
     #[serde(default)]
     pub spread_reads: u64,
+    /// The size of the leg's filesystem and the bytes available on it, measured when the
+    /// document is made; `null` for a leg that is not there.
+    #[serde(default)]
+    pub size_bytes: Option<u64>,
+    #[serde(default)]
+    pub free_bytes: Option<u64>,
+    /// The free space the leg keeps (`minfreespace`, as it applies to this leg).
+    #[serde(default)]
+    pub reserve_bytes: u64,
 }
 
 /// Service-time averages of one leg, µs.

@@ -1,6 +1,7 @@
-//! `mirrorfs status [--json] [MOUNT...]`: a `zpool status`-like report, and an exit status
-//! monitoring can use: 0 every leg online and no errors, 1 degraded or errors counted,
-//! 2 usage error or not a mirrorfs mount.
+//! `mirrorfs status [--json | --format=text|json|prometheus] [MOUNT...]`: a `zpool status`-like
+//! report, and an exit status monitoring can use: 0 every leg online and no errors, 1 degraded
+//! or errors counted, 2 usage error or not a mirrorfs mount. `--format=prometheus` prints the
+//! text exposition instead (`prometheus.rs`).
 
 use super::control::{self, EXIT_USAGE};
 use super::format::{human_bytes, human_duration, scan_line};
@@ -171,18 +172,96 @@ pub fn health(st: &Stats) -> i32 {
     }
 }
 
+/// How `mirrorfs status` prints.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Text,
+    Json,
+    Prometheus,
+}
+
+const USAGE: &str =
+    "mirrorfs status [--json | --format=text|json|prometheus] [--output=FILE] [MOUNT...]";
+
+/// Writes `text` to `file` atomically: a temporary file beside it, then a rename, so a reader
+/// (node_exporter's textfile collector) never sees half of it.
+fn write_atomically(file: &std::path::Path, text: &str) -> Result<(), String> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt;
+    let name = file
+        .file_name()
+        .ok_or_else(|| format!("'{}' is not a file name", file.display()))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".{}.tmp", std::process::id()));
+    let tmp = file.with_file_name(tmp_name);
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .open(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, file)
+    };
+    write().map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        format!("cannot write '{}': {e}", file.display())
+    })
+}
+
 pub fn run(args: &[String]) -> i32 {
-    let mut json = false;
+    let mut format = Format::Text;
+    let mut output: Option<PathBuf> = None;
     let mut mounts: Vec<PathBuf> = Vec::new();
-    for a in args {
+    let mut args = args.iter();
+    while let Some(a) = args.next() {
+        if a == "--output" || a == "-O" || a.starts_with("--output=") {
+            match a
+                .strip_prefix("--output=")
+                .or_else(|| args.next().map(|s| s.as_str()))
+            {
+                Some(f) if !f.is_empty() => output = Some(PathBuf::from(f)),
+                _ => {
+                    eprintln!("mirrorfs: status: --output needs a file (usage: {USAGE})");
+                    return EXIT_USAGE;
+                }
+            }
+            continue;
+        }
+        let chosen = match a.as_str() {
+            "--json" | "-j" => Some("json"),
+            "--format" => match args.next() {
+                Some(v) => Some(v.as_str()),
+                None => {
+                    eprintln!("mirrorfs: status: --format needs a value (usage: {USAGE})");
+                    return EXIT_USAGE;
+                }
+            },
+            s => s.strip_prefix("--format="),
+        };
+        if let Some(f) = chosen {
+            format = match f {
+                "text" => Format::Text,
+                "json" => Format::Json,
+                "prometheus" => Format::Prometheus,
+                other => {
+                    eprintln!(
+                        "mirrorfs: status: unknown format '{other}' (text, json or prometheus)"
+                    );
+                    return EXIT_USAGE;
+                }
+            };
+            continue;
+        }
         match a.as_str() {
-            "--json" | "-j" => json = true,
             "-h" | "--help" => {
-                println!("usage: mirrorfs status [--json] [MOUNT...]\n\nExit status: 0 every leg online and no errors, 1 degraded or errors, 2 usage error or not a mirrorfs mount.");
+                println!("usage: {USAGE}\n\nExit status: 0 every leg online and no errors, 1 degraded or errors, 2 usage error or not a mirrorfs mount. With --format=prometheus: 0 once the exposition is printed (a mount that cannot be read shows as mirrorfs_up 0).");
                 return 0;
             }
             s if s.starts_with('-') => {
-                eprintln!("mirrorfs: status: unknown flag '{s}' (usage: mirrorfs status [--json] [MOUNT...])");
+                eprintln!("mirrorfs: status: unknown flag '{s}' (usage: {USAGE})");
                 return EXIT_USAGE;
             }
             s => mounts.push(PathBuf::from(s)),
@@ -190,16 +269,47 @@ pub fn run(args: &[String]) -> i32 {
     }
     if mounts.is_empty() {
         mounts = control::mounts();
-        if mounts.is_empty() {
+        // No mount is not an error for the metrics: an empty exposition says it.
+        if mounts.is_empty() && format != Format::Prometheus {
             eprintln!("mirrorfs: no mirrorfs mounts");
             return EXIT_USAGE;
         }
+    }
+    if format == Format::Prometheus {
+        let all: Vec<(String, Result<Stats, String>)> = mounts
+            .iter()
+            .map(|m| {
+                let st = control::stats(m).map_err(|(_, e)| {
+                    eprintln!("mirrorfs: {e}");
+                    e
+                });
+                (m.display().to_string(), st)
+            })
+            .collect();
+        let text = super::prometheus::render(&all);
+        return match output {
+            None => {
+                print!("{text}");
+                0
+            }
+            Some(f) => match write_atomically(&f, &text) {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("mirrorfs: {e}");
+                    1
+                }
+            },
+        };
+    }
+    if output.is_some() {
+        eprintln!("mirrorfs: status: --output goes with --format=prometheus (usage: {USAGE})");
+        return EXIT_USAGE;
     }
     let mut worst = 0;
     for (i, m) in mounts.iter().enumerate() {
         match control::stats(m) {
             Ok(st) => {
-                if json {
+                if format == Format::Json {
                     println!("{}", serde_json::to_string(&st).expect("serializable"));
                 } else {
                     if i > 0 {

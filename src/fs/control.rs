@@ -413,6 +413,7 @@ impl MirrorFs {
                 let c = &l.counters;
                 let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
                 let f = self.mirror.service_figures(l.idx);
+                let space = l.space().ok();
                 LegStats {
                     name: l.name.clone(),
                     path: l.path().display().to_string(),
@@ -441,6 +442,9 @@ impl MirrorFs {
                     stream_switches: get(&c.stream_switches),
                     split_reads: get(&c.split_reads),
                     spread_reads: get(&c.spread_reads),
+                    size_bytes: space.map(|(size, _)| size),
+                    free_bytes: space.map(|(_, free)| free),
+                    reserve_bytes: l.reserve.load(Ordering::Relaxed),
                 }
             })
             .collect();

@@ -121,6 +121,9 @@ pub const LEG_FIELDS: &[&str] = &[
     "stream_switches",
     "split_reads",
     "spread_reads",
+    "size_bytes",
+    "free_bytes",
+    "reserve_bytes",
 ];
 
 /// Per-leg counters that `stats_reset` zeroes.
