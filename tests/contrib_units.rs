@@ -64,8 +64,14 @@ fn every_unit_passes_systemd_analyze_verify() {
     let dir = tempfile::tempdir().unwrap();
     let mut copies = Vec::new();
     for u in &units {
-        let copy = dir.path().join(u.file_name().unwrap());
+        let name = u.file_name().unwrap().to_string_lossy().into_owned();
+        let copy = dir.path().join(&name);
         fs::write(&copy, with_test_binary(&fs::read_to_string(u).unwrap())).unwrap();
+        // A template is verified as an instance too (/srv/mirror), so that its specifiers
+        // (%i, %f) are expanded.
+        if let Some((stem, kind)) = name.split_once("@.") {
+            copies.push(dir.path().join(format!("{stem}@srv-mirror.{kind}")));
+        }
         copies.push(copy);
     }
     // --man=no: the man page is installed with the package, not on a build machine.

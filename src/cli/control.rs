@@ -164,10 +164,77 @@ fn leg_arg(mount: &Path, arg: &OsStr) -> OsString {
         .unwrap_or_else(|_| arg.to_os_string())
 }
 
-/// `mirrorfs scrub start|status|cancel MOUNT [--repair[=majority|LEG]]`.
+/// The scrub document (`user.mirrorfs.scrub`) of the mount: its progress, or `None` when no
+/// scrub ran since the mount.
+fn scrub_doc(mount: &Path) -> Result<Option<crate::stats::ScanStats>, (i32, String)> {
+    let v = get(mount, "scrub")?;
+    if v == b"none" {
+        return Ok(None);
+    }
+    serde_json::from_slice(&v).map(Some).map_err(|e| {
+        (
+            1,
+            format!(
+                "{}: the scrub document does not parse: {e}",
+                mount.display()
+            ),
+        )
+    })
+}
+
+/// Waits until the scrub of `mount` is over, showing its progress: one line rewritten in
+/// place on a terminal, a line a minute otherwise (a service's journal). Prints the last
+/// line; 0 when it finished with every difference repaired, 1 otherwise.
+fn wait_scrub(mount: &Path) -> i32 {
+    use std::io::IsTerminal;
+    let tty = std::io::stderr().is_terminal();
+    let every = std::time::Duration::from_secs(if tty { 1 } else { 60 });
+    let mut shown = std::time::Instant::now();
+    loop {
+        let s = match scrub_doc(mount) {
+            Ok(Some(s)) => s,
+            Ok(None) => {
+                eprintln!("mirrorfs: {}: no scrub since the mount", mount.display());
+                return 1;
+            }
+            Err((code, e)) => {
+                eprintln!("mirrorfs: {e}");
+                return code;
+            }
+        };
+        let line = super::format::scan_line("scrub", &s);
+        if !s.state.is_running() {
+            if tty {
+                eprint!("\r\x1b[K");
+            }
+            println!("{line}");
+            let clean = s.state == crate::stats::JobState::Finished
+                && s.differences <= s.repaired
+                && s.errors == 0;
+            return if clean { 0 } else { 1 };
+        }
+        if shown.elapsed() >= every {
+            if tty {
+                eprint!("\r{line}\x1b[K");
+            } else {
+                println!("{line}");
+            }
+            shown = std::time::Instant::now();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+}
+
+/// `mirrorfs scrub start|status|cancel MOUNT [--repair[=majority|LEG]] [--wait]`.
 pub fn scrub(args: &[OsString]) -> i32 {
-    let usage_line = "usage: mirrorfs scrub start|status|cancel MOUNT [--repair[=majority|LEG]]";
-    let words: Vec<&OsStr> = args.iter().map(OsString::as_os_str).collect();
+    let usage_line =
+        "usage: mirrorfs scrub start|status|cancel MOUNT [--repair[=majority|LEG]] [--wait]";
+    let wait = args.iter().any(|a| a == "--wait");
+    let words: Vec<&OsStr> = args
+        .iter()
+        .filter(|a| *a != "--wait")
+        .map(OsString::as_os_str)
+        .collect();
     let text = |w: &OsStr| w.to_str().unwrap_or("").to_string();
     match words.as_slice() {
         [cmd, mount, rest @ ..] if *cmd == "start" => {
@@ -184,8 +251,12 @@ pub fn scrub(args: &[OsString]) -> i32 {
                 _ => return usage(usage_line),
             };
             let value = ScrubCommand::Start(repair).encode();
-            command(mount, "scrub", &value, "scrub start")
+            match command(mount, "scrub", &value, "scrub start") {
+                0 if wait => wait_scrub(mount),
+                code => code,
+            }
         }
+        _ if wait => usage(usage_line),
         [cmd, mount] if *cmd == "cancel" => command(
             Path::new(mount),
             "scrub",

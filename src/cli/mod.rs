@@ -6,6 +6,7 @@ mod daemon;
 mod format;
 mod iostat;
 mod logging;
+mod notify;
 mod prometheus;
 mod status;
 mod validate;

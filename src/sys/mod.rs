@@ -168,6 +168,28 @@ pub fn wait_for_termination_signal() -> i32 {
     sig
 }
 
+/// Puts the calling thread in the idle I/O scheduling class (`ioprio_set`, as `ionice -c 3`):
+/// its reads and writes go to a disk only when nothing else wants it (with the BFQ scheduler;
+/// others ignore the class). What `btrfs scrub` does by default.
+pub fn io_priority_idle() -> std::io::Result<()> {
+    const IOPRIO_WHO_PROCESS: libc::c_long = 1;
+    const IOPRIO_CLASS_IDLE: libc::c_long = 3;
+    const IOPRIO_CLASS_SHIFT: u32 = 13;
+    // SAFETY: integer arguments only; `who` 0 is the calling thread.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_ioprio_set,
+            IOPRIO_WHO_PROCESS,
+            0 as libc::c_long,
+            IOPRIO_CLASS_IDLE << IOPRIO_CLASS_SHIFT,
+        )
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// The effective uid of this process.
 pub fn geteuid() -> u32 {
     // SAFETY: no memory effects.
