@@ -10,8 +10,9 @@
 #   make test-unit      only cargo test;  make test-external: only the external checks
 #   make demo           build, mount a fresh 2-leg mirror in a temp folder (DEMO_DIR=... to choose),
 #                       print where the legs and the mount are and how to unmount
-#   make install        install the release binary as $(PREFIX)/sbin/mirrorfs (and the man page
-#                       docs/mirrorfs.8 if there is one); DESTDIR is honoured
+#   make install        install the release binary as $(PREFIX)/sbin/mirrorfs, the man pages
+#                       (docs/mirrorfs.8, docs/man/*.8) and the bash, zsh and fish completions the
+#                       binary prints; DESTDIR is honoured
 #   make sim            the policy simulator: every read policy on modelled SSD, USB stick and HDD
 #                       legs over the seed workloads, a throughput table (no root, seconds)
 #   make bench          the real benchmark (root): loop devices, cgroup v1 blkio throttles, btrfs
@@ -24,6 +25,9 @@
 #   make lint           cargo fmt --check and cargo clippy -D warnings
 #   make doc-tables     rewrite the option and key tables of README.md and docs/control.md from
 #                       src/config/table.rs (a unit test fails while they differ)
+#   make man            rewrite the man pages docs/man/*.8 and the SYNOPSIS of docs/mirrorfs.8 from
+#                       the command-line definition, src/cli/args.rs (a unit test fails while they
+#                       differ)
 #   make clean          cargo clean and the external checks' logs
 
 CARGO ?= cargo
@@ -40,7 +44,7 @@ export CARGO_TERM_COLOR := never
 CARGO_TEST_FLAGS ?= --no-fail-fast
 endif
 
-.PHONY: all build build-debug test deps test-unit test-external demo install lint clean sim bench bench-smoke bench-resync bench-intent bench-first-mount doc-tables
+.PHONY: all build build-debug test deps test-unit test-external demo install lint clean sim bench bench-smoke bench-resync bench-intent bench-first-mount doc-tables man
 
 all: build
 
@@ -103,12 +107,18 @@ demo: build
 
 install: build
 	install -D -m755 "$(RELEASE_BIN)" "$(DESTDIR)$(PREFIX)/sbin/mirrorfs"
-	if [ -f docs/mirrorfs.8 ]; then \
-		install -D -m644 docs/mirrorfs.8 "$(DESTDIR)$(PREFIX)/share/man/man8/mirrorfs.8"; \
-	fi
+	install -D -m644 -t "$(DESTDIR)$(PREFIX)/share/man/man8" docs/mirrorfs.8 docs/man/*.8
+	install -d "$(DESTDIR)$(PREFIX)/share/bash-completion/completions" \
+		"$(DESTDIR)$(PREFIX)/share/zsh/vendor-completions" "$(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d"
+	"$(RELEASE_BIN)" completions bash > "$(DESTDIR)$(PREFIX)/share/bash-completion/completions/mirrorfs"
+	"$(RELEASE_BIN)" completions zsh > "$(DESTDIR)$(PREFIX)/share/zsh/vendor-completions/_mirrorfs"
+	"$(RELEASE_BIN)" completions fish > "$(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/mirrorfs.fish"
 
 doc-tables:
 	MIRRORFS_WRITE_DOCS=1 $(CARGO) test --lib doc_tables_follow_the_table
+
+man:
+	MIRRORFS_WRITE_DOCS=1 $(CARGO) test --lib man_pages_follow_the_definition
 
 lint:
 	$(CARGO) fmt --all --check

@@ -6,7 +6,6 @@ use crate::recovery::{LegCommand, RepairFrom, ScrubCommand};
 use crate::stats::Stats;
 use crate::sys;
 use std::ffi::{CString, OsStr, OsString};
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 /// Exit status for usage errors and for paths that are not mirrorfs mounts.
@@ -225,108 +224,94 @@ fn wait_scrub(mount: &Path) -> i32 {
     }
 }
 
-/// `mirrorfs scrub start|status|cancel MOUNT [--repair[=majority|LEG]] [--wait]`.
-pub fn scrub(args: &[OsString]) -> i32 {
-    let usage_line =
-        "usage: mirrorfs scrub start|status|cancel MOUNT [--repair[=majority|LEG]] [--wait]";
-    let wait = args.iter().any(|a| a == "--wait");
-    let words: Vec<&OsStr> = args
-        .iter()
-        .filter(|a| *a != "--wait")
-        .map(OsString::as_os_str)
-        .collect();
-    let text = |w: &OsStr| w.to_str().unwrap_or("").to_string();
-    match words.as_slice() {
-        [cmd, mount, rest @ ..] if *cmd == "start" => {
-            let mount = Path::new(mount);
-            let repair = match rest {
-                [] => RepairFrom::Nothing,
-                [r] if *r == "--repair" || *r == "--repair=majority" => RepairFrom::Majority,
-                [r] => match r.as_bytes().strip_prefix(b"--repair=") {
-                    Some(leg) if !leg.is_empty() => {
-                        RepairFrom::Leg(leg_arg(mount, OsStr::from_bytes(leg)))
-                    }
-                    _ => return usage(usage_line),
-                },
-                _ => return usage(usage_line),
-            };
-            let value = ScrubCommand::Start(repair).encode();
-            match command(mount, "scrub", &value, "scrub start") {
-                0 if wait => wait_scrub(mount),
-                code => code,
-            }
+/// `mirrorfs scrub start MOUNT [--repair[=majority|LEG]] [--wait]`.
+pub fn scrub_start(mount: &Path, repair: Option<&OsStr>, wait: bool) -> i32 {
+    let repair = match repair {
+        None => RepairFrom::Nothing,
+        Some(r) if r == "majority" => RepairFrom::Majority,
+        Some(r) if r.is_empty() => {
+            return usage("--repair= needs 'majority' or a leg (see 'mirrorfs scrub start --help')")
         }
-        _ if wait => usage(usage_line),
-        [cmd, mount] if *cmd == "cancel" => command(
-            Path::new(mount),
-            "scrub",
-            &ScrubCommand::Cancel.encode(),
-            "scrub cancel",
-        ),
-        [cmd, mount] if *cmd == "status" => match get(Path::new(mount), "scrub") {
-            Ok(v) if v == b"none" => {
-                println!("no scrub since the mount");
+        Some(leg) => RepairFrom::Leg(leg_arg(mount, leg)),
+    };
+    let value = ScrubCommand::Start(repair).encode();
+    match command(mount, "scrub", &value, "scrub start") {
+        0 if wait => wait_scrub(mount),
+        code => code,
+    }
+}
+
+/// `mirrorfs scrub cancel MOUNT`.
+pub fn scrub_cancel(mount: &Path) -> i32 {
+    command(
+        mount,
+        "scrub",
+        &ScrubCommand::Cancel.encode(),
+        "scrub cancel",
+    )
+}
+
+/// `mirrorfs scrub status MOUNT`: exit 1 while differences remain unrepaired.
+pub fn scrub_status(mount: &Path) -> i32 {
+    match get(mount, "scrub") {
+        Ok(v) if v == b"none" => {
+            println!("no scrub since the mount");
+            0
+        }
+        Ok(v) => {
+            let doc: serde_json::Value = serde_json::from_slice(&v).unwrap_or_default();
+            let s: Result<crate::stats::ScanStats, _> = serde_json::from_value(doc.clone());
+            match s {
+                Ok(s) => println!("{}", super::format::scan_line("scrub", &s)),
+                Err(_) => println!("{}", String::from_utf8_lossy(&v)),
+            }
+            for d in doc["differing"].as_array().into_iter().flatten() {
+                println!("  differs: {}", d.as_str().unwrap_or(""));
+            }
+            let diffs = doc["differences"].as_u64().unwrap_or(0);
+            let repaired = doc["repaired"].as_u64().unwrap_or(0);
+            if diffs > repaired {
+                1
+            } else {
                 0
             }
-            Ok(v) => {
-                let doc: serde_json::Value = serde_json::from_slice(&v).unwrap_or_default();
-                let s: Result<crate::stats::ScanStats, _> = serde_json::from_value(doc.clone());
-                match s {
-                    Ok(s) => println!("{}", super::format::scan_line("scrub", &s)),
-                    Err(_) => println!("{}", String::from_utf8_lossy(&v)),
-                }
-                for d in doc["differing"].as_array().into_iter().flatten() {
-                    println!("  differs: {}", d.as_str().unwrap_or(""));
-                }
-                let diffs = doc["differences"].as_u64().unwrap_or(0);
-                let repaired = doc["repaired"].as_u64().unwrap_or(0);
-                if diffs > repaired {
-                    1
-                } else {
-                    0
-                }
-            }
-            Err((code, e)) => {
-                eprintln!("mirrorfs: {e}");
-                code
-            }
-        },
-        [cmd, ..] if !["start", "cancel", "status"].contains(&text(cmd).as_str()) => {
-            usage(usage_line)
         }
-        _ => usage(usage_line),
+        Err((code, e)) => {
+            eprintln!("mirrorfs: {e}");
+            code
+        }
     }
 }
 
 /// `mirrorfs leg fail|add|remove|replace MOUNT LEG [NEWLEG] [--full]`. LEG and NEWLEG may be
 /// any path (spaces, newlines, bytes that are not UTF-8), relative to the caller's directory.
-pub fn leg(args: &[OsString]) -> i32 {
-    let usage_line =
-        "usage: mirrorfs leg fail|add|remove|replace MOUNT LEG [NEWLEG] (add takes --full)";
-    let words: Vec<&OsStr> = args.iter().map(OsString::as_os_str).collect();
-    let (cmd, mount, rest) = match words.as_slice() {
-        [cmd, mount, rest @ ..] => (cmd.to_str().unwrap_or(""), Path::new(mount), rest),
-        _ => return usage(usage_line),
+pub fn leg(cmd: super::args::LegCmd) -> i32 {
+    use super::args::LegCmd as L;
+    let (what, mount, c) = match cmd {
+        L::Fail { mount, leg } => {
+            let c = LegCommand::Fail(leg_arg(&mount, &leg));
+            ("fail", mount, c)
+        }
+        L::Add { mount, leg, full } => {
+            let c = LegCommand::Add {
+                leg: leg_arg(&mount, &leg),
+                full,
+            };
+            ("add", mount, c)
+        }
+        L::Remove { mount, leg } => {
+            let c = LegCommand::Remove(leg_arg(&mount, &leg));
+            ("remove", mount, c)
+        }
+        L::Replace { mount, leg, newdir } => {
+            let c = LegCommand::Replace {
+                leg: leg_arg(&mount, &leg),
+                new: std::path::absolute(&newdir).unwrap_or(newdir),
+            };
+            ("replace", mount, c)
+        }
     };
-    let leg = |w: &OsStr| leg_arg(mount, w);
-    let c = match (cmd, rest) {
-        ("fail", [l]) => LegCommand::Fail(leg(l)),
-        ("add", [l]) => LegCommand::Add {
-            leg: leg(l),
-            full: false,
-        },
-        ("add", [l, full]) if *full == "--full" => LegCommand::Add {
-            leg: leg(l),
-            full: true,
-        },
-        ("remove", [l]) => LegCommand::Remove(leg(l)),
-        ("replace", [l, new]) => LegCommand::Replace {
-            leg: leg(l),
-            new: std::path::absolute(new).unwrap_or_else(|_| PathBuf::from(new)),
-        },
-        _ => return usage(usage_line),
-    };
-    command(mount, "leg", &c.encode(), &format!("leg {cmd}"))
+    command(&mount, "leg", &c.encode(), &format!("leg {what}"))
 }
 
 fn usage(line: &str) -> i32 {
@@ -334,80 +319,77 @@ fn usage(line: &str) -> i32 {
     EXIT_USAGE
 }
 
-/// `mirrorfs get MOUNT KEY`, `mirrorfs set MOUNT KEY VALUE`, `mirrorfs list MOUNT`.
-pub fn run(cmd: &str, args: &[String]) -> i32 {
-    match (cmd, args) {
-        ("get", [mount, key]) => match get(Path::new(mount), key) {
-            Ok(v) => {
-                println!("{}", String::from_utf8_lossy(&v));
-                0
-            }
-            Err((code, e)) => {
-                eprintln!("mirrorfs: {e}");
-                code
-            }
-        },
-        ("set", [mount, key, value]) => {
-            let name = match key_name(key) {
-                Ok(n) => n,
-                Err(e) => return usage(&e),
-            };
-            let m = Path::new(mount);
-            let Some(file) = control_file(m) else {
-                let (code, e) = not_a_mount(m);
-                eprintln!("mirrorfs: {e}");
-                return code;
-            };
-            match sys::xattr::set_path(&file, &name, value.as_bytes()) {
-                Ok(()) => 0,
-                Err(e) => {
-                    match refusal_reason(&file, e) {
-                        Some(why) => eprintln!("mirrorfs: {}: {why}", m.display()),
-                        None => eprintln!("mirrorfs: {}", explain(m, key, e)),
-                    }
-                    if e.code() == libc::ENOTSUP {
-                        EXIT_USAGE
-                    } else {
-                        1
-                    }
-                }
-            }
-        }
-        ("list", [mount]) => {
-            let m = Path::new(mount);
-            let Some(file) = control_file(m) else {
-                let (code, e) = not_a_mount(m);
-                eprintln!("mirrorfs: {e}");
-                return code;
-            };
-            let names = match sys::xattr::list_path(&file) {
-                Ok(n) => n,
-                Err(e) => {
-                    eprintln!("mirrorfs: {}", explain(m, "(list)", e));
-                    return EXIT_USAGE;
-                }
-            };
-            let keys: Vec<String> = names
-                .iter()
-                .filter_map(|n| std::str::from_utf8(n).ok()?.strip_prefix(PREFIX))
-                .filter(|k| *k != "stats")
-                .map(str::to_string)
-                .collect();
-            if keys.is_empty() {
-                return usage(&format!("{mount}: not a mirrorfs mount"));
-            }
-            for k in keys {
-                match get(m, &k) {
-                    Ok(v) => println!("{k}={}", String::from_utf8_lossy(&v)),
-                    Err((_, e)) => eprintln!("mirrorfs: {e}"),
-                }
-            }
+/// `mirrorfs get MOUNT KEY`.
+pub fn get_cmd(mount: &Path, key: &str) -> i32 {
+    match get(mount, key) {
+        Ok(v) => {
+            println!("{}", String::from_utf8_lossy(&v));
             0
         }
-        ("get", _) => usage("usage: mirrorfs get MOUNT KEY"),
-        ("set", _) => usage("usage: mirrorfs set MOUNT KEY VALUE"),
-        _ => usage("usage: mirrorfs list MOUNT"),
+        Err((code, e)) => {
+            eprintln!("mirrorfs: {e}");
+            code
+        }
     }
+}
+
+/// `mirrorfs set MOUNT KEY VALUE`.
+pub fn set_cmd(m: &Path, key: &str, value: &str) -> i32 {
+    let name = match key_name(key) {
+        Ok(n) => n,
+        Err(e) => return usage(&e),
+    };
+    let Some(file) = control_file(m) else {
+        let (code, e) = not_a_mount(m);
+        eprintln!("mirrorfs: {e}");
+        return code;
+    };
+    match sys::xattr::set_path(&file, &name, value.as_bytes()) {
+        Ok(()) => 0,
+        Err(e) => {
+            match refusal_reason(&file, e) {
+                Some(why) => eprintln!("mirrorfs: {}: {why}", m.display()),
+                None => eprintln!("mirrorfs: {}", explain(m, key, e)),
+            }
+            if e.code() == libc::ENOTSUP {
+                EXIT_USAGE
+            } else {
+                1
+            }
+        }
+    }
+}
+
+/// `mirrorfs list MOUNT`.
+pub fn list_cmd(m: &Path) -> i32 {
+    let Some(file) = control_file(m) else {
+        let (code, e) = not_a_mount(m);
+        eprintln!("mirrorfs: {e}");
+        return code;
+    };
+    let names = match sys::xattr::list_path(&file) {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("mirrorfs: {}", explain(m, "(list)", e));
+            return EXIT_USAGE;
+        }
+    };
+    let keys: Vec<String> = names
+        .iter()
+        .filter_map(|n| std::str::from_utf8(n).ok()?.strip_prefix(PREFIX))
+        .filter(|k| *k != "stats")
+        .map(str::to_string)
+        .collect();
+    if keys.is_empty() {
+        return usage(&format!("{}: not a mirrorfs mount", m.display()));
+    }
+    for k in keys {
+        match get(m, &k) {
+            Ok(v) => println!("{k}={}", String::from_utf8_lossy(&v)),
+            Err((_, e)) => eprintln!("mirrorfs: {e}"),
+        }
+    }
+    0
 }
 
 #[cfg(test)]

@@ -6,46 +6,61 @@ mod daemon;
 mod format;
 mod iostat;
 mod logging;
+mod man;
 mod notify;
 mod prometheus;
 mod status;
 mod validate;
 
-pub use args::Args;
+pub use args::{command, Args};
+
+use args::{Parsed, ScrubCmd, Sub};
 
 /// Runs the command and returns the process exit status.
 pub fn run(argv: Vec<std::ffi::OsString>) -> i32 {
     // Subcommands come first; a leg literally called "status" is written "./status".
-    if let Some(cmd) = argv.get(1).and_then(|a| a.to_str()) {
-        let rest = || -> Vec<String> {
-            argv[2..]
-                .iter()
-                .map(|a| a.to_string_lossy().into_owned())
-                .collect()
-        };
-        if matches!(
-            cmd,
-            "status" | "iostat" | "get" | "set" | "list" | "scrub" | "leg"
-        ) {
-            crate::sys::default_sigpipe();
-        }
-        match cmd {
-            "status" => return status::run(&rest()),
-            "iostat" => return iostat::run(&rest()),
-            "get" | "set" | "list" => return control::run(cmd, &rest()),
-            "scrub" => return control::scrub(&argv[2..]),
-            "leg" => return control::leg(&argv[2..]),
-            _ => {}
-        }
-    }
-    let args = match args::parse(argv) {
-        Ok(a) => a,
+    let sub = match args::parse(argv) {
+        Ok(Parsed::Sub(s)) => s,
+        Ok(Parsed::Mount(args)) => return mount(&args),
         Err(code) => return code,
     };
+    crate::sys::default_sigpipe();
+    match sub {
+        Sub::Status(a) => status::run(a),
+        Sub::Iostat {
+            mount,
+            interval,
+            count,
+        } => iostat::run(
+            &[mount, interval, count]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>(),
+        ),
+        Sub::Get { mount, key } => control::get_cmd(&mount, &key),
+        Sub::Set { mount, key, value } => control::set_cmd(&mount, &key, &value),
+        Sub::List { mount } => control::list_cmd(&mount),
+        Sub::Scrub(ScrubCmd::Start {
+            mount,
+            repair,
+            wait,
+        }) => control::scrub_start(&mount, repair.as_deref(), wait),
+        Sub::Scrub(ScrubCmd::Status { mount }) => control::scrub_status(&mount),
+        Sub::Scrub(ScrubCmd::Cancel { mount }) => control::scrub_cancel(&mount),
+        Sub::Leg(c) => control::leg(c),
+        Sub::Completions { shell } => {
+            clap_complete::generate(shell, &mut command(), "mirrorfs", &mut std::io::stdout());
+            0
+        }
+    }
+}
+
+/// The mount form: validate, then mount and serve.
+fn mount(args: &Args) -> i32 {
     if args.foreground {
         logging::to_stderr(args.debug);
     }
-    match daemon::start(&args) {
+    match daemon::start(args) {
         Ok(()) => 0,
         Err(lines) => {
             for l in lines {

@@ -3,11 +3,11 @@
 //! or errors counted, 2 usage error or not a mirrorfs mount. `--format=prometheus` prints the
 //! text exposition instead (`prometheus.rs`).
 
+use super::args::{Format, StatusArgs};
 use super::control::{self, EXIT_USAGE};
 use super::format::{human_bytes, human_duration, scan_line};
 use crate::stats::{LegState, MountState, Stats};
 use std::fmt::Write;
-use std::path::PathBuf;
 
 /// The report for one mount.
 pub fn render(st: &Stats) -> String {
@@ -172,17 +172,6 @@ pub fn health(st: &Stats) -> i32 {
     }
 }
 
-/// How `mirrorfs status` prints.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Format {
-    Text,
-    Json,
-    Prometheus,
-}
-
-const USAGE: &str =
-    "mirrorfs status [--json | --format=text|json|prometheus] [--output=FILE] [MOUNT...]";
-
 /// Writes `text` to `file` atomically: a temporary file beside it, then a rename, so a reader
 /// (node_exporter's textfile collector) never sees half of it.
 fn write_atomically(file: &std::path::Path, text: &str) -> Result<(), String> {
@@ -211,62 +200,13 @@ fn write_atomically(file: &std::path::Path, text: &str) -> Result<(), String> {
     })
 }
 
-pub fn run(args: &[String]) -> i32 {
-    let mut format = Format::Text;
-    let mut output: Option<PathBuf> = None;
-    let mut mounts: Vec<PathBuf> = Vec::new();
-    let mut args = args.iter();
-    while let Some(a) = args.next() {
-        if a == "--output" || a == "-O" || a.starts_with("--output=") {
-            match a
-                .strip_prefix("--output=")
-                .or_else(|| args.next().map(|s| s.as_str()))
-            {
-                Some(f) if !f.is_empty() => output = Some(PathBuf::from(f)),
-                _ => {
-                    eprintln!("mirrorfs: status: --output needs a file (usage: {USAGE})");
-                    return EXIT_USAGE;
-                }
-            }
-            continue;
-        }
-        let chosen = match a.as_str() {
-            "--json" | "-j" => Some("json"),
-            "--format" => match args.next() {
-                Some(v) => Some(v.as_str()),
-                None => {
-                    eprintln!("mirrorfs: status: --format needs a value (usage: {USAGE})");
-                    return EXIT_USAGE;
-                }
-            },
-            s => s.strip_prefix("--format="),
-        };
-        if let Some(f) = chosen {
-            format = match f {
-                "text" => Format::Text,
-                "json" => Format::Json,
-                "prometheus" => Format::Prometheus,
-                other => {
-                    eprintln!(
-                        "mirrorfs: status: unknown format '{other}' (text, json or prometheus)"
-                    );
-                    return EXIT_USAGE;
-                }
-            };
-            continue;
-        }
-        match a.as_str() {
-            "-h" | "--help" => {
-                println!("usage: {USAGE}\n\nExit status: 0 every leg online and no errors, 1 degraded or errors, 2 usage error or not a mirrorfs mount. With --format=prometheus: 0 once the exposition is printed (a mount that cannot be read shows as mirrorfs_up 0).");
-                return 0;
-            }
-            s if s.starts_with('-') => {
-                eprintln!("mirrorfs: status: unknown flag '{s}' (usage: {USAGE})");
-                return EXIT_USAGE;
-            }
-            s => mounts.push(PathBuf::from(s)),
-        }
-    }
+pub fn run(args: StatusArgs) -> i32 {
+    let format = match (args.json, args.format) {
+        (true, _) => Format::Json,
+        (false, f) => f.unwrap_or(Format::Text),
+    };
+    let output = args.output;
+    let mut mounts = args.mounts;
     if mounts.is_empty() {
         mounts = control::mounts();
         // No mount is not an error for the metrics: an empty exposition says it.
@@ -302,7 +242,9 @@ pub fn run(args: &[String]) -> i32 {
         };
     }
     if output.is_some() {
-        eprintln!("mirrorfs: status: --output goes with --format=prometheus (usage: {USAGE})");
+        eprintln!(
+            "mirrorfs: status: --output goes with --format=prometheus (see 'mirrorfs status --help')"
+        );
         return EXIT_USAGE;
     }
     let mut worst = 0;
