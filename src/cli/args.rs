@@ -172,6 +172,25 @@ pub enum Sub {
     /// Drop, add back, forget or replace a leg while mounted
     #[command(subcommand)]
     Leg(LegCmd),
+    /// Where each leg keeps its copy of a file, and whether that copy is in sync
+    #[command(
+        long_about = "For each FILE of a mirror (any path inside a mirrorfs mount), \
+                             each leg's copy: the leg, its state, the copy's path on the leg, \
+                             and whether it is in sync: the daemon counts it in sync and the \
+                             copy has the type, size and modification time of the file the \
+                             mount serves. Run as root to see legs only root may read.\n\n\
+                             Exit status: 0 every copy in sync, 1 some copy is not (a leg out \
+                             of the mirror, a copy missing or different), 2 a FILE is not in a \
+                             mirror."
+    )]
+    Where {
+        /// Print one JSON object per file instead.
+        #[arg(short = 'j', long)]
+        json: bool,
+        /// The files (or directories) inside a mount.
+        #[arg(value_name = "FILE", required = true)]
+        files: Vec<PathBuf>,
+    },
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
     #[command(
         long_about = "Prints the completion script for SHELL on stdout, generated from \

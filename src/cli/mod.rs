@@ -11,6 +11,7 @@ mod notify;
 mod prometheus;
 mod status;
 mod validate;
+mod whereis;
 
 pub use args::{command, Args};
 
@@ -48,6 +49,7 @@ pub fn run(argv: Vec<std::ffi::OsString>) -> i32 {
         Sub::Scrub(ScrubCmd::Status { mount }) => control::scrub_status(&mount),
         Sub::Scrub(ScrubCmd::Cancel { mount }) => control::scrub_cancel(&mount),
         Sub::Leg(c) => control::leg(c),
+        Sub::Where { json, files } => whereis::run(&files, json),
         Sub::Completions { shell } => {
             clap_complete::generate(shell, &mut command(), "mirrorfs", &mut std::io::stdout());
             0
