@@ -182,6 +182,24 @@ fn exposition_shows_states_errors_bytes_space_and_scrub() {
         .sum();
     assert!(read >= data.len() as f64, "read bytes {read}");
     assert!(!f.contains_key("mirrorfs_scrub_last_end_timestamp_seconds"));
+    // The daemon and the disks (sysinfo).
+    assert!(value(&f, "mirrorfs_daemon_memory_bytes", &[("mount", mnt)]) > 0.0);
+    assert_eq!(f["mirrorfs_daemon_cpu_seconds"].0, "counter");
+    assert!(value(&f, "mirrorfs_daemon_threads", &[("mount", mnt)]) >= 8.0);
+    let fs_type = mount_entries()
+        .into_iter()
+        .filter(|e| m.leg(0).starts_with(&e.mount_point))
+        .max_by_key(|e| e.mount_point.as_os_str().len())
+        .unwrap()
+        .fstype;
+    assert_eq!(
+        value(
+            &f,
+            "mirrorfs_leg_disk_info",
+            &[("mount", mnt), ("leg", "leg0"), ("filesystem", &fs_type)]
+        ),
+        1.0
+    );
 
     // A scrub: its progress and its end.
     let before = std::time::SystemTime::now()

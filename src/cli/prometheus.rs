@@ -97,6 +97,26 @@ pub fn render(mounts: &[(String, Result<Stats, String>)]) -> String {
         "gauge",
         "Seconds since the mount",
     );
+    let mut daemon_memory = fam(
+        "mirrorfs_daemon_memory_bytes",
+        "gauge",
+        "Resident memory of the mount's daemon",
+    );
+    let mut daemon_cpu = fam(
+        "mirrorfs_daemon_cpu_seconds_total",
+        "counter",
+        "CPU time the mount's daemon used, user and system",
+    );
+    let mut daemon_threads = fam(
+        "mirrorfs_daemon_threads",
+        "gauge",
+        "Threads of the mount's daemon",
+    );
+    let mut leg_disk = fam(
+        "mirrorfs_leg_disk_info",
+        "gauge",
+        "Always 1; the disk under the leg as labels: device, model, kind (ssd, hdd, unknown), filesystem",
+    );
     let mut leg_state = fam(
         "mirrorfs_leg_state",
         "gauge",
@@ -241,6 +261,15 @@ pub fn render(mounts: &[(String, Result<Stats, String>)]) -> String {
             .samples
             .push((ml.clone(), st.legs_online as f64));
         uptime.samples.push((ml.clone(), st.uptime_us as f64 / 1e6));
+        if let Some(d) = &st.daemon {
+            daemon_memory
+                .samples
+                .push((ml.clone(), d.memory_bytes as f64));
+            daemon_cpu.samples.push((ml.clone(), d.cpu_us as f64 / 1e6));
+            if let Some(t) = d.threads {
+                daemon_threads.samples.push((ml.clone(), t as f64));
+            }
+        }
         for l in &st.legs {
             let ll = labels(&[("mount", m), ("leg", &l.name)]);
             for s in LEG_STATES {
@@ -260,6 +289,19 @@ pub fn render(mounts: &[(String, Result<Stats, String>)]) -> String {
                 ]),
                 1.0,
             ));
+            if let Some(d) = &l.disk {
+                leg_disk.samples.push((
+                    labels(&[
+                        ("mount", m),
+                        ("leg", &l.name),
+                        ("device", &d.device),
+                        ("model", d.model.as_deref().unwrap_or("")),
+                        ("kind", &d.kind),
+                        ("filesystem", &d.filesystem),
+                    ]),
+                    1.0,
+                ));
+            }
             for (kind, n) in [
                 ("read", l.read_errors),
                 ("write", l.write_errors),
@@ -340,8 +382,12 @@ pub fn render(mounts: &[(String, Result<Stats, String>)]) -> String {
         legs_total,
         legs_online,
         uptime,
+        daemon_memory,
+        daemon_cpu,
+        daemon_threads,
         leg_state,
         leg_info,
+        leg_disk,
         errors,
         repairs,
         read_bytes,

@@ -77,6 +77,17 @@ pub fn render(st: &Stats) -> String {
         st.pid,
         st.mirrorfs_version
     );
+    if let Some(d) = &st.daemon {
+        let _ = writeln!(
+            o,
+            " daemon: {} resident, {} CPU{}",
+            human_bytes(d.memory_bytes),
+            human_cpu(d.cpu_us),
+            d.threads
+                .map(|t| format!(", {t} threads"))
+                .unwrap_or_default()
+        );
+    }
     let mut scans = Vec::new();
     if let Some(r) = &st.resync {
         scans.push(scan_line("resync", r));
@@ -147,6 +158,40 @@ pub fn render(st: &Stats) -> String {
             if l.writemostly { "  (writemostly)" } else { "" }
         );
     }
+    if st
+        .legs
+        .iter()
+        .any(|l| l.disk.is_some() || l.size_bytes.is_some())
+    {
+        let _ = writeln!(o, "\n  disks:");
+        for l in &st.legs {
+            let space = match (l.size_bytes, l.free_bytes) {
+                (Some(size), Some(free)) => {
+                    format!("{} free of {}", human_bytes(free), human_bytes(size))
+                }
+                _ => "size unknown".to_string(),
+            };
+            let disk = match &l.disk {
+                Some(d) => format!(
+                    "{} on {}{}, {}{}",
+                    d.filesystem,
+                    d.device,
+                    d.model
+                        .as_deref()
+                        .map(|m| format!(" ({m})"))
+                        .unwrap_or_default(),
+                    match d.kind.as_str() {
+                        "ssd" => "SSD",
+                        "hdd" => "HDD",
+                        _ => "kind unknown",
+                    },
+                    if d.removable { ", removable" } else { "" }
+                ),
+                None => "disk unknown".to_string(),
+            };
+            let _ = writeln!(o, "\t{:<name_w$} {space}; {disk}", l.name);
+        }
+    }
     let _ = writeln!(
         o,
         "\nerrors: {}",
@@ -157,6 +202,15 @@ pub fn render(st: &Stats) -> String {
         }
     );
     o
+}
+
+/// CPU time: `850ms`, `12.3s`, `1h 02m 03s`.
+fn human_cpu(us: u64) -> String {
+    match us {
+        0..1_000_000 => format!("{}ms", us / 1000),
+        1_000_000..60_000_000 => format!("{:.1}s", us as f64 / 1e6),
+        _ => human_duration(us / 1_000_000),
+    }
 }
 
 /// Exit status for one mount's stats: 0 healthy, 1 degraded or errors.

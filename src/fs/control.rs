@@ -445,6 +445,16 @@ impl MirrorFs {
                     size_bytes: space.map(|(size, _)| size),
                     free_bytes: space.map(|(_, free)| free),
                     reserve_bytes: l.reserve.load(Ordering::Relaxed),
+                    disk: crate::sys::host::disk_of(&l.path(), l.device.sysfs.as_deref()).map(
+                        |d| crate::stats::DiskStats {
+                            device: d.device,
+                            model: d.model,
+                            kind: d.kind.into(),
+                            filesystem: d.file_system,
+                            mount_point: d.mount_point.display().to_string(),
+                            removable: d.removable,
+                        },
+                    ),
                 }
             })
             .collect();
@@ -473,6 +483,12 @@ impl MirrorFs {
                         .map(|&l| self.mirror.leg(l).name.clone())
                         .collect(),
                 )
+            }),
+            daemon: crate::sys::host::own_process().map(|p| crate::stats::DaemonStats {
+                memory_bytes: p.memory,
+                virtual_memory_bytes: p.virtual_memory,
+                cpu_us: p.cpu_us,
+                threads: p.threads,
             }),
         }
     }

@@ -12,6 +12,7 @@ pub mod aligned;
 pub mod creds;
 pub mod dir;
 pub mod fd;
+pub mod host;
 pub mod mountinfo;
 pub mod syslog;
 pub mod tree_support;

@@ -95,6 +95,7 @@ pub const MOUNT_FIELDS: &[&str] = &[
     "legs",
     "resync",
     "scrub",
+    "daemon",
 ];
 
 /// Fields of each leg.
@@ -124,6 +125,7 @@ pub const LEG_FIELDS: &[&str] = &[
     "size_bytes",
     "free_bytes",
     "reserve_bytes",
+    "disk",
 ];
 
 /// Per-leg counters that `stats_reset` zeroes.
