@@ -445,16 +445,19 @@ impl MirrorFs {
                     size_bytes: space.map(|(size, _)| size),
                     free_bytes: space.map(|(_, free)| free),
                     reserve_bytes: l.reserve.load(Ordering::Relaxed),
-                    disk: crate::sys::host::disk_of(&l.path(), l.device.sysfs.as_deref()).map(
-                        |d| crate::stats::DiskStats {
-                            device: d.device,
-                            model: d.model,
-                            kind: d.kind.into(),
-                            filesystem: d.file_system,
-                            mount_point: d.mount_point.display().to_string(),
-                            removable: d.removable,
-                        },
-                    ),
+                    disk: crate::sys::host::disk_of(
+                        &l.path(),
+                        l.device.sysfs.as_deref(),
+                        l.device.rotational,
+                    )
+                    .map(|d| crate::stats::DiskStats {
+                        device: d.device,
+                        model: d.model,
+                        kind: d.kind.into(),
+                        filesystem: d.file_system,
+                        mount_point: d.mount_point.display().to_string(),
+                        removable: d.removable,
+                    }),
                 }
             })
             .collect();

@@ -1,8 +1,9 @@
-//! What the machine says of the daemon and of the disks under the legs, through the `sysinfo`
-//! crate (and sysfs for a disk's model, which sysinfo does not give): the daemon's resident
-//! memory, CPU time and threads; each leg's filesystem, device, kind (SSD, HDD) and whether it
-//! is removable. Read when the statistics document is made; what cannot change while mounted
-//! (the disk under a path) is looked up once per path.
+//! What the machine says of the daemon and of the disks under the legs: the daemon's resident
+//! memory, CPU time and threads, through the `sysinfo` crate; each leg's filesystem, device,
+//! kind (SSD, HDD), model and whether it is removable, from mountinfo and sysfs (not from
+//! sysinfo's disk list, which stats every mount point: see [`disk_of`]). Read when the
+//! statistics document is made; what cannot change while mounted (the disk under a path) is
+//! looked up once per path.
 
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -61,24 +62,38 @@ pub fn own_process() -> Option<ProcessFacts> {
     })
 }
 
+/// The disk's own sysfs directory for a device directory (a partition's is its parent).
+fn whole_disk(sysfs: &Path) -> Option<&Path> {
+    if sysfs.join("partition").exists() {
+        sysfs.parent()
+    } else {
+        Some(sysfs)
+    }
+}
+
 /// The model of the disk whose sysfs directory is `sysfs` (a partition's disk's), if sysfs
 /// has one.
 fn model(sysfs: &Path) -> Option<String> {
-    let disk = if sysfs.join("partition").exists() {
-        sysfs.parent()?
-    } else {
-        sysfs
-    };
-    let text = std::fs::read_to_string(disk.join("device/model")).ok()?;
+    let text = std::fs::read_to_string(whole_disk(sysfs)?.join("device/model")).ok()?;
     let m = text.trim();
     (!m.is_empty()).then(|| m.to_string())
 }
 
+/// Whether the disk says it is removable (sysfs `removable`).
+fn removable(sysfs: &Path) -> bool {
+    std::fs::read_to_string(whole_disk(sysfs).unwrap_or(sysfs).join("removable"))
+        .is_ok_and(|s| s.trim() == "1")
+}
+
 /// The disk under `path`: the filesystem holding it (the mount of its device whose mount point
-/// is its longest prefix, from mountinfo), what sysinfo says of that disk (kind, removable),
-/// and the model read from `sysfs` (the leg's block device) when given. Looked up once per
+/// is its longest prefix, from mountinfo), and, from `sysfs` (the leg's block device) and its
+/// `rotational` flag, the disk's model, kind and whether it is removable. Looked up once per
 /// path.
-pub fn disk_of(path: &Path, sysfs: Option<&Path>) -> Option<DiskFacts> {
+///
+/// Nothing here touches another mount: sysinfo's disk list would stat every mount point of
+/// the machine, this daemon's own FUSE mount and other FUSE mounts included, which can block
+/// (and did block an unmount: a stat in flight on the mount made umount fail with EBUSY).
+pub fn disk_of(path: &Path, sysfs: Option<&Path>, rotational: Option<bool>) -> Option<DiskFacts> {
     static CACHE: OnceLock<Mutex<HashMap<PathBuf, Option<DiskFacts>>>> = OnceLock::new();
     let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
     if let Some(hit) = cache.lock().get(path) {
@@ -96,21 +111,16 @@ pub fn disk_of(path: &Path, sysfs: Option<&Path>) -> Option<DiskFacts> {
                     && real.starts_with(&m.mount_point)
             })
             .max_by_key(|m| m.mount_point.as_os_str().len())?;
-        // What sysinfo knows of it: the kind of disk, removable or not.
-        let disks = sysinfo::Disks::new_with_refreshed_list().ok();
-        let listed = disks
-            .as_ref()
-            .and_then(|ds| ds.iter().find(|d| d.mount_point() == entry.mount_point));
         Some(DiskFacts {
             device: entry.source.to_string_lossy().into_owned(),
             mount_point: entry.mount_point.clone(),
             file_system: entry.fstype.clone(),
-            kind: match listed.map(|d| d.kind()) {
-                Some(sysinfo::DiskKind::SSD) => "ssd",
-                Some(sysinfo::DiskKind::HDD) => "hdd",
+            kind: match (sysfs, rotational) {
+                (Some(_), Some(true)) => "hdd",
+                (Some(_), Some(false)) => "ssd",
                 _ => "unknown",
             },
-            removable: listed.is_some_and(|d| d.is_removable()),
+            removable: sysfs.is_some_and(removable),
             model: sysfs.and_then(model),
         })
     })();
@@ -139,11 +149,11 @@ mod tests {
 
     #[test]
     fn the_filesystem_holding_a_path() {
-        let d = disk_of(Path::new("/"), None).expect("the disk of /");
+        let d = disk_of(Path::new("/"), None, None).expect("the disk of /");
         assert_eq!(d.mount_point, PathBuf::from("/"));
         assert!(!d.file_system.is_empty(), "{d:?}");
         // /proc is its own filesystem, not the root's.
-        let p = disk_of(Path::new("/proc/self"), None).expect("the filesystem of /proc");
+        let p = disk_of(Path::new("/proc/self"), None, None).expect("the filesystem of /proc");
         assert_eq!(
             (p.file_system.as_str(), p.mount_point.as_path()),
             ("proc", Path::new("/proc"))
