@@ -172,6 +172,20 @@ pub enum Sub {
     /// Drop, add back, forget or replace a leg while mounted
     #[command(subcommand)]
     Leg(LegCmd),
+    /// Fire a test event: run the notify program, the events directory's programs, the mail
+    #[command(
+        name = "notify-test",
+        long_about = "Asks the mount's daemon for a test event (MIRRORFS_EVENT=test), as \
+                      mdadm --test does: it runs notify_program, every executable of \
+                      events_dir (default /etc/mirrorfs/events.d) and mails mail_to, and this \
+                      command prints what ran and how it ended.\n\n\
+                      Exit status: 0 every program (and the mail) succeeded, 1 one failed or \
+                      nothing is set up to run, 2 usage error or not a mirrorfs mount."
+    )]
+    NotifyTest {
+        /// The mount.
+        mount: PathBuf,
+    },
     /// Where each leg keeps its copy of a file, and whether that copy is in sync
     #[command(
         long_about = "For each FILE of a mirror (any path inside a mirrorfs mount), \

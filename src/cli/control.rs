@@ -319,6 +319,75 @@ fn usage(line: &str) -> i32 {
     EXIT_USAGE
 }
 
+/// The id of the last event a mount dispatched (0: none yet).
+fn last_event(mount: &Path) -> Result<(u64, serde_json::Value), (i32, String)> {
+    let v = get(mount, "notify_last")?;
+    if v == b"none" {
+        return Ok((0, serde_json::Value::Null));
+    }
+    let doc: serde_json::Value = serde_json::from_slice(&v).map_err(|e| {
+        (
+            1,
+            format!("{}: unreadable notify_last: {e}", mount.display()),
+        )
+    })?;
+    Ok((doc["id"].as_u64().unwrap_or(0), doc))
+}
+
+/// `mirrorfs notify-test MOUNT`: fires a test event and says what ran.
+pub fn notify_test(mount: &Path) -> i32 {
+    let before = match last_event(mount) {
+        Ok((id, _)) => id,
+        Err((code, e)) => {
+            eprintln!("mirrorfs: {e}");
+            return code;
+        }
+    };
+    match command(mount, "notify_test", b"1", "notify-test") {
+        0 => {}
+        code => return code,
+    }
+    let start = std::time::Instant::now();
+    let doc = loop {
+        match last_event(mount) {
+            Ok((id, doc)) if id > before && doc["event"] == "test" => break doc,
+            Ok(_) if start.elapsed() > std::time::Duration::from_secs(130) => {
+                eprintln!(
+                    "mirrorfs: {}: notify-test: the daemon did not report the test event",
+                    mount.display()
+                );
+                return 1;
+            }
+            Ok(_) => std::thread::sleep(std::time::Duration::from_millis(100)),
+            Err((code, e)) => {
+                eprintln!("mirrorfs: {e}");
+                return code;
+            }
+        }
+    };
+    let ran = doc["ran"].as_object().cloned().unwrap_or_default();
+    if ran.is_empty() {
+        eprintln!(
+            "mirrorfs: {}: notify-test: nothing to run: set notify_program=, mail_to=, or put \
+             executables in the events directory (mirrorfs get {} events_dir)",
+            mount.display(),
+            mount.display()
+        );
+        return 1;
+    }
+    let mut ok = true;
+    for (what, result) in &ran {
+        let result = result.as_str().unwrap_or("");
+        ok &= result == "exit 0";
+        println!("{what}: {result}");
+    }
+    if ok {
+        0
+    } else {
+        1
+    }
+}
+
 /// `mirrorfs get MOUNT KEY`.
 pub fn get_cmd(mount: &Path, key: &str) -> i32 {
     match get(mount, key) {

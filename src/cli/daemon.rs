@@ -251,6 +251,13 @@ fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), Stri
             format!("cannot start the sweeper thread: {e}"),
         ));
     }
+    // Alerts: the watcher and the dispatcher of events (off the I/O path).
+    if let Err(e) = super::events::start(fs.clone(), &mountpoint, &p.config) {
+        return Err(fail(
+            &mut ready,
+            format!("cannot start the event threads: {e}"),
+        ));
+    }
     let mut unmounter = session.unmount_callable();
     std::thread::Builder::new()
         .name("signals".into())

@@ -3,6 +3,7 @@
 mod args;
 mod control;
 mod daemon;
+mod events;
 mod format;
 mod iostat;
 mod logging;
@@ -50,6 +51,7 @@ pub fn run(argv: Vec<std::ffi::OsString>) -> i32 {
         Sub::Scrub(ScrubCmd::Cancel { mount }) => control::scrub_cancel(&mount),
         Sub::Leg(c) => control::leg(c),
         Sub::Where { json, files } => whereis::run(&files, json),
+        Sub::NotifyTest { mount } => control::notify_test(&mount),
         Sub::Completions { shell } => {
             clap_complete::generate(shell, &mut command(), "mirrorfs", &mut std::io::stdout());
             0

@@ -57,6 +57,12 @@ pub struct MountConfig {
     pub minfreespace: Option<u64>,
     /// The files `config=FILE` read, as given.
     pub config_files: Vec<String>,
+    /// Events: a program to run, a directory of programs, an address to mail, and the least
+    /// time between two runs for the same event and leg.
+    pub notify_program: Option<String>,
+    pub events_dir: String,
+    pub mail_to: Option<String>,
+    pub notify_interval: Duration,
 }
 
 impl Default for MountConfig {
@@ -83,6 +89,10 @@ impl Default for MountConfig {
             resync_speed_max: 0,
             init_from: None,
             config_files: Vec::new(),
+            notify_program: None,
+            events_dir: "/etc/mirrorfs/events.d".into(),
+            mail_to: None,
+            notify_interval: Duration::from_secs(60),
         }
     }
 }
@@ -334,7 +344,8 @@ mod tests {
                     let before = c.clone();
                     match c.apply(name, Some(v)) {
                         Ok(()) => assert!(
-                            !o.form.is_empty() && matches!(o.form, "NAME" | "LEG" | "SIZE"),
+                            !o.form.is_empty()
+                                && matches!(o.form, "NAME" | "LEG" | "SIZE" | "PATH" | "DIR"),
                             "{name}={v:?} was accepted"
                         ),
                         Err(e) => {

@@ -50,6 +50,27 @@ pub fn may_control(caller_uid: u32, daemon_uid: u32, cap_sys_admin: impl FnOnce(
     caller_uid == 0 || (daemon_uid != 0 && caller_uid == daemon_uid) || cap_sys_admin()
 }
 
+/// What the keys and the daemon's event notifier (`cli/events.rs`) share: test events asked
+/// for with `user.mirrorfs.notify_test`, and the last event the notifier dispatched, which
+/// `user.mirrorfs.notify_last` shows (so `mirrorfs notify-test` can say what ran).
+#[derive(Default)]
+pub struct EventBus {
+    test_requests: std::sync::atomic::AtomicU64,
+    last: parking_lot::Mutex<Option<String>>,
+}
+
+impl EventBus {
+    /// Test events asked for since the mount.
+    pub fn test_requests(&self) -> u64 {
+        self.test_requests.load(Ordering::Relaxed)
+    }
+
+    /// Records the last event dispatched (a JSON document).
+    pub fn record(&self, doc: String) {
+        *self.last.lock() = Some(doc);
+    }
+}
+
 /// Why the last refused control writes were refused, by requesting process, so that a
 /// command that got only an errno can read the reason back (`user.mirrorfs.last_error`).
 /// The most recent [`LastErrors::KEPT`] processes are remembered.
@@ -213,6 +234,10 @@ impl MirrorFs {
                 self.reset_stats();
                 Ok(())
             }
+            Key::Mount(k) if k.name == "notify_test" => {
+                self.events.test_requests.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
             Key::Fault => {
                 let v = text()?;
                 if v == "clear" {
@@ -365,6 +390,13 @@ impl MirrorFs {
                 }
                 None => b"none".to_vec(),
             },
+            "notify_last" => self
+                .events
+                .last
+                .lock()
+                .clone()
+                .unwrap_or_else(|| "none".into())
+                .into(),
             "fault" => self
                 .mirror
                 .faults()
@@ -394,6 +426,11 @@ impl MirrorFs {
         } else {
             MountState::Online
         }
+    }
+
+    /// What the keys share with the event notifier.
+    pub fn events(&self) -> &EventBus {
+        &self.events
     }
 
     /// Zeroes every leg's counters.
