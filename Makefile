@@ -11,8 +11,9 @@
 #   make demo           build, mount a fresh 2-leg mirror in a temp folder (DEMO_DIR=... to choose),
 #                       print where the legs and the mount are and how to unmount
 #   make install        install the release binary as $(PREFIX)/sbin/mirrorfs, the man pages
-#                       (docs/mirrorfs.8, docs/man/*.8) and the bash, zsh and fish completions the
-#                       binary prints; DESTDIR is honoured
+#                       (docs/mirrorfs.8, docs/man/*.8), the bash, zsh and fish completions the
+#                       binary prints, and /sbin/umount.fuse.mirrorfs (umount waits for the legs to
+#                       be released); DESTDIR is honoured
 #   make sim            the policy simulator: every read policy on modelled SSD, USB stick and HDD
 #                       legs over the seed workloads, a throughput table (no root, seconds)
 #   make bench          the real benchmark (root): loop devices, cgroup v1 blkio throttles, btrfs
@@ -33,6 +34,8 @@
 CARGO ?= cargo
 PROFILE ?= debug
 PREFIX ?= /usr/local
+# umount(8) looks for its helpers (umount.<type>) in /sbin only.
+UMOUNT_HELPER_DIR ?= /sbin
 DEMO_DIR ?=
 TARGET_DIR := $(abspath $(or $(CARGO_TARGET_DIR),target))
 RELEASE_BIN := $(TARGET_DIR)/release/mirrorfs
@@ -113,6 +116,8 @@ install: build
 	"$(RELEASE_BIN)" completions bash > "$(DESTDIR)$(PREFIX)/share/bash-completion/completions/mirrorfs"
 	"$(RELEASE_BIN)" completions zsh > "$(DESTDIR)$(PREFIX)/share/zsh/vendor-completions/_mirrorfs"
 	"$(RELEASE_BIN)" completions fish > "$(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/mirrorfs.fish"
+	install -d "$(DESTDIR)$(UMOUNT_HELPER_DIR)"
+	ln -sf "$(PREFIX)/sbin/mirrorfs" "$(DESTDIR)$(UMOUNT_HELPER_DIR)/umount.fuse.mirrorfs"
 
 doc-tables:
 	MIRRORFS_WRITE_DOCS=1 $(CARGO) test --lib doc_tables_follow_the_table

@@ -1,6 +1,6 @@
 //! What `contrib/systemd/` relies on: the daemon's READY=1 on `$NOTIFY_SOCKET` once the mount
-//! answers (a path socket and an abstract one, as systemd uses), STOPPING=1 when `umount` (the
-//! units' ExecStop) ends it; `mirrorfs scrub start --wait` (the scrub unit's command) ending
+//! answers (a path socket and an abstract one, as systemd uses), STOPPING=1 when `mirrorfs
+//! unmount` (the unit's ExecStop) ends it; `mirrorfs scrub start --wait` (the scrub unit's command) ending
 //! with the scrub, failing on a difference left unrepaired; the scrub's thread in the idle I/O
 //! class.
 
@@ -25,8 +25,8 @@ fn recv(sock: &UnixDatagram, timeout: Duration) -> Option<String> {
 }
 
 /// Runs `mirrorfs -f LEGS MNT` (mirrorfs@.service's ExecStart) with `NOTIFY_SOCKET=socket`,
-/// waits for READY=1, checks the mount answers at that moment, then unmounts it with `umount`
-/// (the unit's ExecStop) and sees STOPPING=1 and the daemon exit 0.
+/// waits for READY=1, checks the mount answers at that moment, then unmounts it with `mirrorfs
+/// unmount` (the unit's ExecStop) and sees STOPPING=1 and the daemon exit 0.
 fn ready_then_stop(socket_name: &str, sock: &UnixDatagram) {
     let d = TestDirs::new(2);
     let started = Instant::now();
@@ -63,8 +63,8 @@ fn ready_then_stop(socket_name: &str, sock: &UnixDatagram) {
     assert_content_on_legs(&d.legs, "f", b"ready");
     eprintln!("READY=1 after {:?}", started.elapsed());
 
-    let out = run("umount", &[&d.mnt], TOOL_TIMEOUT);
-    assert_exit(&out, 0, "umount (ExecStop)");
+    let out = run_mirrorfs(["unmount".as_ref(), d.mnt.as_os_str()]);
+    assert_exit(&out, 0, "mirrorfs unmount (ExecStop)");
     let status = wait_timeout(
         &mut child,
         Duration::from_secs(10),

@@ -172,6 +172,30 @@ pub enum Sub {
     /// Drop, add back, forget or replace a leg while mounted
     #[command(subcommand)]
     Leg(LegCmd),
+    /// Unmount, and return only once the daemon has released every leg
+    #[command(
+        long_about = "Unmounts MOUNT and waits until its daemon has flushed the legs, \
+                             marked them clean and exited, so that the legs' disks can be \
+                             unmounted right after. The same program installed as \
+                             /sbin/umount.fuse.mirrorfs (make install does) makes umount(8), \
+                             and so systemd, do this for every mirrorfs mount.\n\n\
+                             Exit status: 0 unmounted (a daemon still running after --wait \
+                             seconds is reported, not an error), 32 the unmount failed (busy, \
+                             not mounted)."
+    )]
+    Unmount {
+        /// The mount.
+        mount: PathBuf,
+        /// Detach now, clean up when the last user lets go (do not wait).
+        #[arg(short = 'l', long)]
+        lazy: bool,
+        /// Force the unmount (MNT_FORCE).
+        #[arg(short = 'f', long)]
+        force: bool,
+        /// Seconds to wait for the daemon at most (default 120).
+        #[arg(long, value_name = "S", value_parser = parse_seconds)]
+        wait: Option<std::time::Duration>,
+    },
     /// Fire a test event: run the notify program, the events directory's programs, the mail
     #[command(
         name = "notify-test",
@@ -325,6 +349,11 @@ pub enum LegCmd {
         /// The empty directory that takes its place.
         newdir: PathBuf,
     },
+}
+
+/// Seconds as every option takes them (`value::seconds`).
+fn parse_seconds(s: &str) -> Result<std::time::Duration, String> {
+    crate::value::seconds(s)
 }
 
 /// What the command line asks for.

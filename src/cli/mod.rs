@@ -11,6 +11,7 @@ mod man;
 mod notify;
 mod prometheus;
 mod status;
+mod unmount;
 mod validate;
 mod whereis;
 
@@ -20,6 +21,15 @@ use args::{Parsed, ScrubCmd, Sub};
 
 /// Runs the command and returns the process exit status.
 pub fn run(argv: Vec<std::ffi::OsString>) -> i32 {
+    // Installed as umount(8)'s helper for the type (umount.fuse.mirrorfs, umount.mirrorfs).
+    let called = argv
+        .first()
+        .and_then(|a| std::path::Path::new(a).file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if called.starts_with("umount.") {
+        return unmount::helper(&argv[1..]);
+    }
     // Subcommands come first; a leg literally called "status" is written "./status".
     let sub = match args::parse(argv) {
         Ok(Parsed::Sub(s)) => s,
@@ -52,6 +62,17 @@ pub fn run(argv: Vec<std::ffi::OsString>) -> i32 {
         Sub::Leg(c) => control::leg(c),
         Sub::Where { json, files } => whereis::run(&files, json),
         Sub::NotifyTest { mount } => control::notify_test(&mount),
+        Sub::Unmount {
+            mount,
+            lazy,
+            force,
+            wait,
+        } => unmount::unmount(
+            &mount,
+            lazy,
+            force,
+            wait.map_or(unmount::DEFAULT_WAIT, |w| w),
+        ),
         Sub::Completions { shell } => {
             clap_complete::generate(shell, &mut command(), "mirrorfs", &mut std::io::stdout());
             0

@@ -191,6 +191,15 @@ pub fn io_priority_idle() -> std::io::Result<()> {
     Ok(())
 }
 
+/// `umount2(path, flags)`.
+pub fn umount(path: &std::ffi::CStr, flags: i32) -> std::io::Result<()> {
+    // SAFETY: path is a valid C string; no memory is written.
+    if unsafe { libc::umount2(path.as_ptr(), flags) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// The effective uid of this process.
 pub fn geteuid() -> u32 {
     // SAFETY: no memory effects.
