@@ -129,3 +129,30 @@ fn refusals_and_lazy() {
     );
     drop(m);
 }
+
+/// A mirror started by hand has a line in libmount's utab while it is mounted (so umount(8)
+/// looks for umount.fuse.mirrorfs instead of taking its shortcut for plain `fuse`), and none
+/// once it is unmounted.
+#[test]
+fn utab_entry_while_mounted() {
+    require_fuse!();
+    let entry = |mnt: &Path| {
+        fs::read_to_string("/run/mount/utab")
+            .unwrap_or_default()
+            .lines()
+            .any(|l| {
+                l.split(' ')
+                    .any(|f| f == format!("TARGET={}", mnt.display()))
+                    && l.ends_with("OPTS=x-mirrorfs")
+            })
+    };
+    let mut m = TestMirror::new(2).mount();
+    assert!(entry(m.mnt()), "no utab line for {}", m.mnt().display());
+    let mnt = m.mnt().to_path_buf();
+    m.unmount();
+    assert!(
+        !entry(&mnt),
+        "the utab line of {} outlived the mount",
+        mnt.display()
+    );
+}

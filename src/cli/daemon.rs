@@ -251,6 +251,11 @@ fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), Stri
             format!("cannot start the sweeper thread: {e}"),
         ));
     }
+    // So that umount(8) runs umount.fuse.mirrorfs, which waits for the legs (utab.rs).
+    super::utab::register(
+        p.config.fsname.as_deref().unwrap_or("mirrorfs"),
+        &mountpoint,
+    );
     // Alerts: the watcher and the dispatcher of events (off the I/O path).
     if let Err(e) = super::events::start(fs.clone(), &mountpoint, &p.config) {
         return Err(fail(
@@ -315,5 +320,6 @@ fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), Stri
         .run()
         .map_err(|e| format!("session ended with an error: {e}"));
     super::notify::notify("STOPPING=1");
+    super::utab::unregister(&mountpoint);
     ran
 }

@@ -12,6 +12,7 @@ mod notify;
 mod prometheus;
 mod status;
 mod unmount;
+mod utab;
 mod validate;
 mod whereis;
 
