@@ -31,6 +31,24 @@ pub fn run(argv: Vec<std::ffi::OsString>) -> i32 {
     if called.starts_with("umount.") {
         return unmount::helper(&argv[1..]);
     }
+    // Installed as mount(8)'s helper for the type `mirrorfs` (mount.mirrorfs).
+    if called.starts_with("mount.") {
+        return match mount_helper_args(&argv[1..]) {
+            Ok(None) => 0,
+            Ok(Some(args)) => match args::parse(args) {
+                Ok(Parsed::Mount(a)) => mount(&a),
+                Ok(Parsed::Sub(_)) => {
+                    eprintln!("mirrorfs: {called}: a subcommand is not a mount");
+                    1
+                }
+                Err(code) => code,
+            },
+            Err(e) => {
+                eprintln!("mirrorfs: {called}: {e}");
+                1
+            }
+        };
+    }
     // Subcommands come first; a leg literally called "status" is written "./status".
     let sub = match args::parse(argv) {
         Ok(Parsed::Sub(s)) => s,
@@ -81,6 +99,33 @@ pub fn run(argv: Vec<std::ffi::OsString>) -> i32 {
     }
 }
 
+/// The arguments mount(8) gives a helper (`mount.mirrorfs SPEC DIR [-sfnv] [-N NS] [-o OPTS]
+/// [-t TYPE]`) as the mount form takes them: `-o` kept, `-t` and the flags (`-f` is mount's
+/// "fake", not our foreground; `-n`, `-s`, `-v`) dropped.
+fn mount_helper_args(
+    args: &[std::ffi::OsString],
+) -> Result<Option<Vec<std::ffi::OsString>>, String> {
+    let mut out = vec![std::ffi::OsString::from("mirrorfs")];
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.to_str() {
+            Some("-o") => {
+                out.push(a.clone());
+                out.push(it.next().ok_or("-o needs a value")?.clone());
+            }
+            Some("-t") => {
+                it.next();
+            }
+            Some("-N") => return Err("-N (another mount namespace) is not supported".into()),
+            // -f: mount(8)'s "fake": everything but the mount itself, so nothing to do.
+            Some(f) if f.starts_with('-') && f.len() > 1 && f.contains('f') => return Ok(None),
+            Some(f) if f.starts_with('-') && f.len() > 1 => {}
+            _ => out.push(a.clone()),
+        }
+    }
+    Ok(Some(out))
+}
+
 /// The mount form: validate, then mount and serve.
 fn mount(args: &Args) -> i32 {
     if args.foreground {
@@ -94,5 +139,41 @@ fn mount(args: &Args) -> i32 {
             }
             1
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mount_helper_args;
+    use std::ffi::OsString;
+
+    fn args(v: &[&str]) -> Vec<OsString> {
+        v.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn mount_helper_arguments() {
+        // What mount(8) passes: the flags dropped (-n, -s, -v), -o kept, -t dropped.
+        assert_eq!(
+            mount_helper_args(&args(&[
+                "/a:/b",
+                "/m",
+                "-n",
+                "-sv",
+                "-o",
+                "rw,nofail",
+                "-t",
+                "mirrorfs"
+            ]))
+            .unwrap(),
+            Some(args(&["mirrorfs", "/a:/b", "/m", "-o", "rw,nofail"]))
+        );
+        // -f is mount's "fake": nothing to do (not our foreground).
+        assert_eq!(
+            mount_helper_args(&args(&["/a:/b", "/m", "-f"])).unwrap(),
+            None
+        );
+        assert!(mount_helper_args(&args(&["/a:/b", "/m", "-N", "1"])).is_err());
+        assert!(mount_helper_args(&args(&["/a:/b", "/m", "-o"])).is_err());
     }
 }
