@@ -282,8 +282,9 @@ pub enum ScrubCmd {
             default_missing_value = "majority"
         )]
         repair: Option<OsString>,
-        /// Wait for the scrub to end, showing its progress; exit 1 if a difference was left
-        /// unrepaired, or the scrub was cancelled or failed.
+        /// Wait for the scrub to end, showing its progress (a bar with rate and time left on a
+        /// terminal, a line a minute otherwise); exit 1 if a difference was left unrepaired,
+        /// or the scrub was cancelled or failed.
         #[arg(long)]
         wait: bool,
     },
@@ -326,6 +327,10 @@ pub enum LegCmd {
         /// Copy everything, not only what changed while the leg was away.
         #[arg(long)]
         full: bool,
+        /// Wait for the resync to end, showing its progress (a bar with rate and time left on
+        /// a terminal, a line a minute otherwise); exit 1 if it failed or was cancelled.
+        #[arg(long)]
+        wait: bool,
     },
     /// Forget a leg that is out of the mirror, so later mounts no longer wait for it
     Remove {
@@ -348,6 +353,10 @@ pub enum LegCmd {
         leg: OsString,
         /// The empty directory that takes its place.
         newdir: PathBuf,
+        /// Wait for the resync to end, showing its progress; exit 1 if it failed or was
+        /// cancelled.
+        #[arg(long)]
+        wait: bool,
     },
 }
 

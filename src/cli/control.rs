@@ -181,47 +181,31 @@ fn scrub_doc(mount: &Path) -> Result<Option<crate::stats::ScanStats>, (i32, Stri
     })
 }
 
-/// Waits until the scrub of `mount` is over, showing its progress: one line rewritten in
-/// place on a terminal, a line a minute otherwise (a service's journal). Prints the last
-/// line; 0 when it finished with every difference repaired, 1 otherwise.
+/// Waits until the scrub of `mount` is over, showing its progress (`progress.rs`).
 fn wait_scrub(mount: &Path) -> i32 {
-    use std::io::IsTerminal;
-    let tty = std::io::stderr().is_terminal();
-    let every = std::time::Duration::from_secs(if tty { 1 } else { 60 });
-    let mut shown = std::time::Instant::now();
-    loop {
-        let s = match scrub_doc(mount) {
-            Ok(Some(s)) => s,
-            Ok(None) => {
-                eprintln!("mirrorfs: {}: no scrub since the mount", mount.display());
-                return 1;
-            }
-            Err((code, e)) => {
-                eprintln!("mirrorfs: {e}");
-                return code;
-            }
-        };
-        let line = super::format::scan_line("scrub", &s);
-        if !s.state.is_running() {
-            if tty {
-                eprint!("\r\x1b[K");
-            }
-            println!("{line}");
-            let clean = s.state == crate::stats::JobState::Finished
-                && s.differences <= s.repaired
-                && s.errors == 0;
-            return if clean { 0 } else { 1 };
-        }
-        if shown.elapsed() >= every {
-            if tty {
-                eprint!("\r{line}\x1b[K");
-            } else {
-                println!("{line}");
-            }
-            shown = std::time::Instant::now();
-        }
-        std::thread::sleep(std::time::Duration::from_millis(500));
-    }
+    super::progress::follow(
+        super::progress::Job {
+            kind: "scrub",
+            read: Box::new(|| scrub_doc(mount)),
+        },
+        std::time::Duration::from_secs(5),
+    )
+}
+
+/// Waits for the resync that a leg command just started (one that was not `before`) to end.
+fn wait_resync(mount: &Path, before: Option<crate::stats::ScanStats>) -> i32 {
+    let key = |s: &crate::stats::ScanStats| (s.started_unix_s, s.legs.clone());
+    let before = before.as_ref().map(key);
+    super::progress::follow(
+        super::progress::Job {
+            kind: "resync",
+            read: Box::new(move || {
+                let st = stats(mount)?;
+                Ok(st.resync.filter(|r| Some(key(r)) != before))
+            }),
+        },
+        std::time::Duration::from_secs(10),
+    )
 }
 
 /// `mirrorfs scrub start MOUNT [--repair[=majority|LEG]] [--wait]`.
@@ -287,12 +271,18 @@ pub fn scrub_status(mount: &Path) -> i32 {
 /// any path (spaces, newlines, bytes that are not UTF-8), relative to the caller's directory.
 pub fn leg(cmd: super::args::LegCmd) -> i32 {
     use super::args::LegCmd as L;
+    let wait = matches!(
+        cmd,
+        L::Add { wait: true, .. } | L::Replace { wait: true, .. }
+    );
     let (what, mount, c) = match cmd {
         L::Fail { mount, leg } => {
             let c = LegCommand::Fail(leg_arg(&mount, &leg));
             ("fail", mount, c)
         }
-        L::Add { mount, leg, full } => {
+        L::Add {
+            mount, leg, full, ..
+        } => {
             let c = LegCommand::Add {
                 leg: leg_arg(&mount, &leg),
                 full,
@@ -303,7 +293,9 @@ pub fn leg(cmd: super::args::LegCmd) -> i32 {
             let c = LegCommand::Remove(leg_arg(&mount, &leg));
             ("remove", mount, c)
         }
-        L::Replace { mount, leg, newdir } => {
+        L::Replace {
+            mount, leg, newdir, ..
+        } => {
             let c = LegCommand::Replace {
                 leg: leg_arg(&mount, &leg),
                 new: std::path::absolute(&newdir).unwrap_or(newdir),
@@ -311,7 +303,22 @@ pub fn leg(cmd: super::args::LegCmd) -> i32 {
             ("replace", mount, c)
         }
     };
-    command(&mount, "leg", &c.encode(), &format!("leg {what}"))
+    // The resync before the command, to tell the new one from it.
+    let before = if wait {
+        match stats(&mount) {
+            Ok(st) => st.resync,
+            Err((code, e)) => {
+                eprintln!("mirrorfs: {e}");
+                return code;
+            }
+        }
+    } else {
+        None
+    };
+    match command(&mount, "leg", &c.encode(), &format!("leg {what}")) {
+        0 if wait => wait_resync(&mount, before),
+        code => code,
+    }
 }
 
 fn usage(line: &str) -> i32 {

@@ -9,6 +9,7 @@ mod iostat;
 mod logging;
 mod man;
 mod notify;
+mod progress;
 mod prometheus;
 mod status;
 mod unmount;
