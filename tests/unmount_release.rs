@@ -132,7 +132,7 @@ fn refusals_and_lazy() {
 
 /// A mirror started by hand has a line in libmount's utab while it is mounted (so umount(8)
 /// looks for umount.fuse.mirrorfs instead of taking its shortcut for plain `fuse`), and none
-/// once it is unmounted.
+/// once it is unmounted; a line left by a daemon that was killed is pruned at the next mount.
 #[test]
 fn utab_entry_while_mounted() {
     require_fuse!();
@@ -146,8 +146,29 @@ fn utab_entry_while_mounted() {
                     && l.ends_with("OPTS=x-mirrorfs")
             })
     };
+    // A line a killed daemon left behind (its mount is gone) is pruned by the next mount.
+    let stale = Path::new("/nonexistent/mirrorfs-test-stale");
+    {
+        fs::create_dir_all("/run/mount").unwrap();
+        let lock = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open("/run/mount/utab.lock")
+            .unwrap();
+        lock.lock().unwrap();
+        let mut f = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open("/run/mount/utab")
+            .unwrap();
+        use std::io::Write;
+        writeln!(f, "SRC=x TARGET={} ROOT=/ OPTS=x-mirrorfs", stale.display()).unwrap();
+    }
+    assert!(entry(stale));
     let mut m = TestMirror::new(2).mount();
     assert!(entry(m.mnt()), "no utab line for {}", m.mnt().display());
+    assert!(!entry(stale), "the stale line is still there");
     let mnt = m.mnt().to_path_buf();
     m.unmount();
     assert!(

@@ -37,6 +37,15 @@ fn is_entry_of(line: &str, target: &str) -> bool {
     line.split(' ').any(|f| f == want)
 }
 
+/// `text` without our entries for targets that are no longer mounted (a daemon that was
+/// killed could not take its line out).
+pub fn pruned(text: &str, mounted: &[String]) -> String {
+    text.lines()
+        .filter(|l| !l.ends_with("OPTS=x-mirrorfs") || mounted.iter().any(|m| is_entry_of(l, m)))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
 /// `text` with an entry for `target` added, or `None` when it has one already.
 pub fn with_entry(text: &str, source: &str, target: &str) -> Option<String> {
     if text.lines().any(|l| is_entry_of(l, target)) {
@@ -104,7 +113,15 @@ pub fn register(source: &str, target: &Path) {
         return;
     }
     let target = target.to_string_lossy().into_owned();
-    if let Err(e) = update(|t| with_entry(t, source, &target)) {
+    let mounted: Vec<String> = crate::sys::mountinfo::read()
+        .into_iter()
+        .map(|m| m.mount_point.to_string_lossy().into_owned())
+        .collect();
+    let change = |t: &str| {
+        let kept = pruned(t, &mounted);
+        with_entry(&kept, source, &target).or((kept != t).then_some(kept))
+    };
+    if let Err(e) = update(change) {
         log::warn!("cannot add the mount to {DIR}/utab ({e}): umount will not wait for the legs");
     }
 }
@@ -139,6 +156,9 @@ mod tests {
         assert_eq!(without_entry(theirs, "/srv/m"), None);
         assert_eq!(without_entry(&t, "/srv/my mirror").unwrap(), other);
         assert_eq!(without_entry(other, "/srv/my mirror"), None);
+        // Lines of ours whose mount is gone are pruned; others' stay.
+        assert_eq!(pruned(&t, &["/media/usb".into()]), other);
+        assert_eq!(pruned(&t, &["/srv/my mirror".into()]), t);
         // A target that only begins like ours is another.
         assert_eq!(
             with_entry(
