@@ -10,8 +10,13 @@
 #   make test-unit      only cargo test;  make test-external: only the external checks
 #   make demo           build, mount a fresh 2-leg mirror in a temp folder (DEMO_DIR=... to choose),
 #                       print where the legs and the mount are and how to unmount
-#   make install        install the release binary as $(PREFIX)/sbin/mirrorfs (and the man page
-#                       docs/mirrorfs.8 if there is one); DESTDIR is honoured
+#   make install        install the release binary as $(PREFIX)/sbin/mirrorfs, the man pages
+#                       (docs/mirrorfs.8, docs/man/*.8), the bash, zsh and fish completions the
+#                       binary prints, /sbin/mount.mirrorfs (fstab type `mirrorfs`) and
+#                       /sbin/umount.fuse.mirrorfs (umount waits for the legs to be released), and
+#                       the systemd units of contrib/; DESTDIR is honoured
+#   make uninstall      remove what make install installed (same PREFIX and DESTDIR)
+#   make deb            a .deb of the same files under /usr, in $(TARGET_DIR)/deb (dpkg-deb)
 #   make sim            the policy simulator: every read policy on modelled SSD, USB stick and HDD
 #                       legs over the seed workloads, a throughput table (no root, seconds)
 #   make bench          the real benchmark (root): loop devices, cgroup v1 blkio throttles, btrfs
@@ -27,14 +32,28 @@
 #   make lint           cargo fmt --check and cargo clippy -D warnings
 #   make doc-tables     rewrite the option and key tables of README.md and docs/control.md from
 #                       src/config/table.rs (a unit test fails while they differ)
+#   make man            rewrite the man pages docs/man/*.8 and the SYNOPSIS of docs/mirrorfs.8 from
+#                       the command-line definition, src/cli/args.rs (a unit test fails while they
+#                       differ)
 #   make clean          cargo clean and the external checks' logs
 
 CARGO ?= cargo
 PROFILE ?= debug
 PREFIX ?= /usr/local
+# mount(8) and umount(8) look for their helpers (mount.<type>, umount.<type>) in /sbin only.
+UMOUNT_HELPER_DIR ?= /sbin
+MAN8_DIR ?= $(PREFIX)/share/man/man8
+# systemd reads units from /usr/local/lib/systemd/system as well as /usr/lib/systemd/system.
+SYSTEMD_UNIT_DIR ?= $(PREFIX)/lib/systemd/system
+UNITS := $(wildcard contrib/systemd/*.service contrib/systemd/*.timer contrib/prometheus/*.service contrib/prometheus/*.timer)
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 DEMO_DIR ?=
 TARGET_DIR := $(abspath $(or $(CARGO_TARGET_DIR),target))
 RELEASE_BIN := $(TARGET_DIR)/release/mirrorfs
+BIN ?= $(RELEASE_BIN)
+DEB_ROOT ?= $(TARGET_DIR)/deb/root
+DEB_OUT ?= $(TARGET_DIR)/deb
+DEB_COMPRESS ?= xz
 TEST_BIN := $(TARGET_DIR)/$(PROFILE)/mirrorfs
 
 # In CI: no colours, and every failing test reported, not only the first test binary's.
@@ -43,7 +62,7 @@ export CARGO_TERM_COLOR := never
 CARGO_TEST_FLAGS ?= --no-fail-fast
 endif
 
-.PHONY: all build build-debug test deps test-unit test-external demo install lint clean sim bench bench-smoke bench-resync bench-intent bench-checksum bench-first-mount doc-tables
+.PHONY: all build build-debug test deps test-unit test-external demo install install-files uninstall deb deb-package lint clean sim bench bench-smoke bench-resync bench-intent bench-first-mount doc-tables man bench-checksum
 
 all: build
 
@@ -108,14 +127,69 @@ demo: build
 	echo "unmount:   umount $$d/mnt    (as a non-root user: fusermount3 -u $$d/mnt)"; \
 	echo "clean up:  rm -rf $$d        (after unmounting)"
 
-install: build
-	install -D -m755 "$(RELEASE_BIN)" "$(DESTDIR)$(PREFIX)/sbin/mirrorfs"
-	if [ -f docs/mirrorfs.8 ]; then \
-		install -D -m644 docs/mirrorfs.8 "$(DESTDIR)$(PREFIX)/share/man/man8/mirrorfs.8"; \
-	fi
+install: build install-files
+
+# What `make install` installs, from BIN (the release binary by default; the tests give the one
+# they built). The same list is what `make uninstall` removes and what the .deb holds.
+install-files:
+	install -D -m755 "$(BIN)" "$(DESTDIR)$(PREFIX)/sbin/mirrorfs"
+	install -D -m644 -t "$(DESTDIR)$(MAN8_DIR)" docs/mirrorfs.8 docs/man/*.8
+	install -d "$(DESTDIR)$(PREFIX)/share/bash-completion/completions" \
+		"$(DESTDIR)$(PREFIX)/share/zsh/vendor-completions" "$(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d"
+	"$(BIN)" completions bash > "$(DESTDIR)$(PREFIX)/share/bash-completion/completions/mirrorfs"
+	"$(BIN)" completions zsh > "$(DESTDIR)$(PREFIX)/share/zsh/vendor-completions/_mirrorfs"
+	"$(BIN)" completions fish > "$(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/mirrorfs.fish"
+	install -d "$(DESTDIR)$(UMOUNT_HELPER_DIR)"
+	ln -sf "$(PREFIX)/sbin/mirrorfs" "$(DESTDIR)$(UMOUNT_HELPER_DIR)/umount.fuse.mirrorfs"
+	ln -sf "$(PREFIX)/sbin/mirrorfs" "$(DESTDIR)$(UMOUNT_HELPER_DIR)/umount.mirrorfs"
+	ln -sf "$(PREFIX)/sbin/mirrorfs" "$(DESTDIR)$(UMOUNT_HELPER_DIR)/mount.mirrorfs"
+	install -D -m644 -t "$(DESTDIR)$(SYSTEMD_UNIT_DIR)" $(UNITS)
+
+uninstall:
+	rm -f "$(DESTDIR)$(PREFIX)/sbin/mirrorfs" \
+		"$(DESTDIR)$(UMOUNT_HELPER_DIR)/umount.fuse.mirrorfs" \
+		"$(DESTDIR)$(UMOUNT_HELPER_DIR)/umount.mirrorfs" \
+		"$(DESTDIR)$(UMOUNT_HELPER_DIR)/mount.mirrorfs" \
+		"$(DESTDIR)$(PREFIX)/share/bash-completion/completions/mirrorfs" \
+		"$(DESTDIR)$(PREFIX)/share/zsh/vendor-completions/_mirrorfs" \
+		"$(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/mirrorfs.fish"
+	rm -f $(addprefix "$(DESTDIR)$(MAN8_DIR)/,$(addsuffix ",$(notdir docs/mirrorfs.8 $(wildcard docs/man/*.8))))
+	rm -f $(addprefix "$(DESTDIR)$(SYSTEMD_UNIT_DIR)/,$(addsuffix ",$(notdir $(UNITS))))
+
+deb: build deb-package
+
+# The .deb from BIN: the same files as make install, under /usr (helpers in /usr/sbin, which
+# /sbin is on Debian 12), the man pages gzipped, depending on fuse3. No maintainer scripts: the
+# units are shipped, not enabled, and nothing is restarted on an upgrade (that would unmount a
+# live mirror).
+deb-package:
+	rm -rf "$(DEB_ROOT)"
+	$(MAKE) --no-print-directory install-files DESTDIR="$(DEB_ROOT)" PREFIX=/usr \
+		UMOUNT_HELPER_DIR=/usr/sbin SYSTEMD_UNIT_DIR=/usr/lib/systemd/system BIN="$(BIN)"
+	gzip -9n "$(DEB_ROOT)"/usr/share/man/man8/*.8
+	install -d "$(DEB_ROOT)/DEBIAN"
+	{ echo "Package: mirrorfs"; \
+	  echo "Version: $(VERSION)"; \
+	  echo "Architecture: $$(dpkg --print-architecture)"; \
+	  echo "Maintainer: mirrorfs developers <root@localhost>"; \
+	  echo "Installed-Size: $$(du -sk --exclude=DEBIAN "$(DEB_ROOT)" | cut -f1)"; \
+	  echo "Depends: fuse3, libc6"; \
+	  echo "Section: admin"; \
+	  echo "Priority: optional"; \
+	  echo "Description: FUSE filesystem that mirrors every file onto several directories"; \
+	  echo " mirrorfs keeps every file as a plain file at the same path on several backing"; \
+	  echo " directories (legs), sends every write to all of them and serves each read from"; \
+	  echo " the leg that answers fastest. fstab type mirrorfs or fuse.mirrorfs; systemd"; \
+	  echo " units for a mirror service, a monthly scrub and node_exporter metrics."; \
+	} > "$(DEB_ROOT)/DEBIAN/control"
+	install -d "$(DEB_OUT)"
+	dpkg-deb --root-owner-group -Z$(DEB_COMPRESS) --build "$(DEB_ROOT)" "$(DEB_OUT)/mirrorfs_$(VERSION)_$$(dpkg --print-architecture).deb"
 
 doc-tables:
 	MIRRORFS_WRITE_DOCS=1 $(CARGO) test --lib doc_tables_follow_the_table
+
+man:
+	MIRRORFS_WRITE_DOCS=1 $(CARGO) test --lib man_pages_follow_the_definition
 
 lint:
 	$(CARGO) fmt --all --check

@@ -42,6 +42,9 @@ pub struct Stats {
     /// Checksums (`-o checksum`); null when off.
     #[serde(default)]
     pub integrity: Option<IntegrityStats>,
+    /// The daemon process: memory and CPU time (`null` if the system will not say).
+    #[serde(default)]
+    pub daemon: Option<DaemonStats>,
 }
 
 /// The checksums' figures (see `docs/integrity.md`).
@@ -95,6 +98,32 @@ pub struct DamagedFile {
     pub path: String,
     /// `[offset, length]` pairs.
     pub ranges: Vec<[u64; 2]>,
+}
+
+/// The daemon process.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct DaemonStats {
+    /// Resident and virtual memory, bytes.
+    pub memory_bytes: u64,
+    pub virtual_memory_bytes: u64,
+    /// CPU time since the daemon started (user and system), µs; a rate between two documents
+    /// is its share of one CPU.
+    pub cpu_us: u64,
+    pub threads: Option<u64>,
+}
+
+/// The disk under a leg: the filesystem holding the leg's directory.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct DiskStats {
+    /// The filesystem's device or source (`/dev/sda1`).
+    pub device: String,
+    /// The disk's model, from sysfs, when it has one.
+    pub model: Option<String>,
+    /// `ssd`, `hdd` or `unknown`, as the system says.
+    pub kind: String,
+    pub filesystem: String,
+    pub mount_point: String,
+    pub removable: bool,
 }
 
 /// The state of the whole mount.
@@ -223,6 +252,18 @@ pub struct LegStats {
     /// Whole reads of a sequential stream spread over several legs that this leg served.
     #[serde(default)]
     pub spread_reads: u64,
+    /// The size of the leg's filesystem and the bytes available on it, measured when the
+    /// document is made; `null` for a leg that is not there.
+    #[serde(default)]
+    pub size_bytes: Option<u64>,
+    #[serde(default)]
+    pub free_bytes: Option<u64>,
+    /// The free space the leg keeps (`minfreespace`, as it applies to this leg).
+    #[serde(default)]
+    pub reserve_bytes: u64,
+    /// The disk under the leg, `null` when it cannot be found.
+    #[serde(default)]
+    pub disk: Option<DiskStats>,
 }
 
 /// Service-time averages of one leg, µs.

@@ -119,6 +119,47 @@ fn unknown_option() {
     );
 }
 
+/// A bad line in `-o config=FILE`: refused like a bad `-o`, the message naming FILE:LINE,
+/// nothing on any leg touched; so is a file that cannot be read.
+#[test]
+fn bad_config_file() {
+    let d = TestDirs::new(2);
+    populate(&d.legs[0]);
+    populate(&d.legs[1]);
+    let conf = d.root().join("mirror.conf");
+    fs::write(&conf, "# ok so far\nthreads=2\nread_policy=fastest\n").unwrap();
+    let at = format!(
+        "{}:3: invalid value for 'read_policy': 'fastest'",
+        p2s(&conf)
+    );
+    expect_rejected(
+        &[
+            os(d.legs_arg()),
+            os(&d.mnt),
+            os("-o"),
+            os(format!("config={}", p2s(&conf))),
+        ],
+        &[&at],
+        &watch_all(&d),
+        Some(&d.mnt),
+    );
+    let missing = d.root().join("nope.conf");
+    expect_rejected(
+        &[
+            os(d.legs_arg()),
+            os(&d.mnt),
+            os("-o"),
+            os(format!("allow_other,config={}", p2s(&missing))),
+        ],
+        &[&format!(
+            "invalid value for 'config': '{}' (cannot read it: No such file",
+            p2s(&missing)
+        )],
+        &watch_all(&d),
+        Some(&d.mnt),
+    );
+}
+
 #[test]
 fn bad_threads_value() {
     let d = TestDirs::new(2);

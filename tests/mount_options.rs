@@ -137,3 +137,30 @@ fn user_tree(leg: &std::path::Path) -> std::collections::BTreeMap<std::path::Pat
         .filter(|(k, _)| !k.starts_with(".mirrorfs") && k.as_os_str() != ".")
         .collect()
 }
+
+/// `-o config=FILE`: the file's options (one per line, `#` comments, blanks ignored) take
+/// effect; an option after `config=` wins over the file; `mirrorfs get MNT config` names it.
+#[test]
+fn config_file_options_take_effect() {
+    require_fuse!();
+    let conf = tempfile::NamedTempFile::new().unwrap();
+    fs::write(
+        conf.path(),
+        "# the mirror of this test\n\nthreads = 3\nread_policy=first   # fixed leg\n\
+         fsname=from-config\nattr_timeout=2\n",
+    )
+    .unwrap();
+    let m = TestMirror::new(2)
+        .option(&format!("config={}", conf.path().display()))
+        .option("attr_timeout=0.5")
+        .mount();
+    let get = |key: &str| mirrorfs_ok(&[&"get", &m.mnt(), &key]).trim().to_string();
+    assert_eq!(get("threads"), "3");
+    assert_eq!(get("read_policy"), "first");
+    assert_eq!(get("attr_timeout"), "0.5", "the option after config= wins");
+    assert_eq!(get("config"), conf.path().to_string_lossy());
+    assert_eq!(mount_entry_at(m.mnt()).unwrap().source, "from-config");
+    fs::write(m.path("f"), b"ok").unwrap();
+    assert_content_on_legs(m.legs(), "f", b"ok");
+    m.finish();
+}

@@ -6,7 +6,6 @@ use crate::recovery::{LegCommand, RepairFrom, ScrubCommand};
 use crate::stats::Stats;
 use crate::sys;
 use std::ffi::{CString, OsStr, OsString};
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 /// Exit status for usage errors and for paths that are not mirrorfs mounts.
@@ -164,98 +163,162 @@ fn leg_arg(mount: &Path, arg: &OsStr) -> OsString {
         .unwrap_or_else(|_| arg.to_os_string())
 }
 
-/// `mirrorfs scrub start|status|cancel MOUNT [--repair[=majority|LEG]]`.
-pub fn scrub(args: &[OsString]) -> i32 {
-    let usage_line = "usage: mirrorfs scrub start|status|cancel MOUNT [--repair[=majority|LEG]]";
-    let words: Vec<&OsStr> = args.iter().map(OsString::as_os_str).collect();
-    let text = |w: &OsStr| w.to_str().unwrap_or("").to_string();
-    match words.as_slice() {
-        [cmd, mount, rest @ ..] if *cmd == "start" => {
-            let mount = Path::new(mount);
-            let repair = match rest {
-                [] => RepairFrom::Nothing,
-                [r] if *r == "--repair" || *r == "--repair=majority" => RepairFrom::Majority,
-                [r] => match r.as_bytes().strip_prefix(b"--repair=") {
-                    Some(leg) if !leg.is_empty() => {
-                        RepairFrom::Leg(leg_arg(mount, OsStr::from_bytes(leg)))
-                    }
-                    _ => return usage(usage_line),
-                },
-                _ => return usage(usage_line),
-            };
-            let value = ScrubCommand::Start(repair).encode();
-            command(mount, "scrub", &value, "scrub start")
+/// The scrub document (`user.mirrorfs.scrub`) of the mount: its progress, or `None` when no
+/// scrub ran since the mount.
+fn scrub_doc(mount: &Path) -> Result<Option<crate::stats::ScanStats>, (i32, String)> {
+    let v = get(mount, "scrub")?;
+    if v == b"none" {
+        return Ok(None);
+    }
+    serde_json::from_slice(&v).map(Some).map_err(|e| {
+        (
+            1,
+            format!(
+                "{}: the scrub document does not parse: {e}",
+                mount.display()
+            ),
+        )
+    })
+}
+
+/// Waits until the scrub of `mount` is over, showing its progress (`progress.rs`).
+fn wait_scrub(mount: &Path) -> i32 {
+    super::progress::follow(
+        super::progress::Job {
+            kind: "scrub",
+            read: Box::new(|| scrub_doc(mount)),
+        },
+        std::time::Duration::from_secs(5),
+    )
+}
+
+/// Waits for the resync that a leg command just started (one that was not `before`) to end.
+fn wait_resync(mount: &Path, before: Option<crate::stats::ScanStats>) -> i32 {
+    let key = |s: &crate::stats::ScanStats| (s.started_unix_s, s.legs.clone());
+    let before = before.as_ref().map(key);
+    super::progress::follow(
+        super::progress::Job {
+            kind: "resync",
+            read: Box::new(move || {
+                let st = stats(mount)?;
+                Ok(st.resync.filter(|r| Some(key(r)) != before))
+            }),
+        },
+        std::time::Duration::from_secs(10),
+    )
+}
+
+/// `mirrorfs scrub start MOUNT [--repair[=majority|LEG]] [--wait]`.
+pub fn scrub_start(mount: &Path, repair: Option<&OsStr>, wait: bool) -> i32 {
+    let repair = match repair {
+        None => RepairFrom::Nothing,
+        Some(r) if r == "majority" => RepairFrom::Majority,
+        Some(r) if r.is_empty() => {
+            return usage("--repair= needs 'majority' or a leg (see 'mirrorfs scrub start --help')")
         }
-        [cmd, mount] if *cmd == "cancel" => command(
-            Path::new(mount),
-            "scrub",
-            &ScrubCommand::Cancel.encode(),
-            "scrub cancel",
-        ),
-        [cmd, mount] if *cmd == "status" => match get(Path::new(mount), "scrub") {
-            Ok(v) if v == b"none" => {
-                println!("no scrub since the mount");
+        Some(leg) => RepairFrom::Leg(leg_arg(mount, leg)),
+    };
+    let value = ScrubCommand::Start(repair).encode();
+    match command(mount, "scrub", &value, "scrub start") {
+        0 if wait => wait_scrub(mount),
+        code => code,
+    }
+}
+
+/// `mirrorfs scrub cancel MOUNT`.
+pub fn scrub_cancel(mount: &Path) -> i32 {
+    command(
+        mount,
+        "scrub",
+        &ScrubCommand::Cancel.encode(),
+        "scrub cancel",
+    )
+}
+
+/// `mirrorfs scrub status MOUNT`: exit 1 while differences remain unrepaired.
+pub fn scrub_status(mount: &Path) -> i32 {
+    match get(mount, "scrub") {
+        Ok(v) if v == b"none" => {
+            println!("no scrub since the mount");
+            0
+        }
+        Ok(v) => {
+            let doc: serde_json::Value = serde_json::from_slice(&v).unwrap_or_default();
+            let s: Result<crate::stats::ScanStats, _> = serde_json::from_value(doc.clone());
+            match s {
+                Ok(s) => println!("{}", super::format::scan_line("scrub", &s)),
+                Err(_) => println!("{}", String::from_utf8_lossy(&v)),
+            }
+            for d in doc["differing"].as_array().into_iter().flatten() {
+                println!("  differs: {}", d.as_str().unwrap_or(""));
+            }
+            let diffs = doc["differences"].as_u64().unwrap_or(0);
+            let repaired = doc["repaired"].as_u64().unwrap_or(0);
+            if diffs > repaired {
+                1
+            } else {
                 0
             }
-            Ok(v) => {
-                let doc: serde_json::Value = serde_json::from_slice(&v).unwrap_or_default();
-                let s: Result<crate::stats::ScanStats, _> = serde_json::from_value(doc.clone());
-                match s {
-                    Ok(s) => println!("{}", super::format::scan_line("scrub", &s)),
-                    Err(_) => println!("{}", String::from_utf8_lossy(&v)),
-                }
-                for d in doc["differing"].as_array().into_iter().flatten() {
-                    println!("  differs: {}", d.as_str().unwrap_or(""));
-                }
-                let diffs = doc["differences"].as_u64().unwrap_or(0);
-                let repaired = doc["repaired"].as_u64().unwrap_or(0);
-                if diffs > repaired {
-                    1
-                } else {
-                    0
-                }
-            }
-            Err((code, e)) => {
-                eprintln!("mirrorfs: {e}");
-                code
-            }
-        },
-        [cmd, ..] if !["start", "cancel", "status"].contains(&text(cmd).as_str()) => {
-            usage(usage_line)
         }
-        _ => usage(usage_line),
+        Err((code, e)) => {
+            eprintln!("mirrorfs: {e}");
+            code
+        }
     }
 }
 
 /// `mirrorfs leg fail|add|remove|replace MOUNT LEG [NEWLEG] [--full]`. LEG and NEWLEG may be
 /// any path (spaces, newlines, bytes that are not UTF-8), relative to the caller's directory.
-pub fn leg(args: &[OsString]) -> i32 {
-    let usage_line =
-        "usage: mirrorfs leg fail|add|remove|replace MOUNT LEG [NEWLEG] (add takes --full)";
-    let words: Vec<&OsStr> = args.iter().map(OsString::as_os_str).collect();
-    let (cmd, mount, rest) = match words.as_slice() {
-        [cmd, mount, rest @ ..] => (cmd.to_str().unwrap_or(""), Path::new(mount), rest),
-        _ => return usage(usage_line),
+pub fn leg(cmd: super::args::LegCmd) -> i32 {
+    use super::args::LegCmd as L;
+    let wait = matches!(
+        cmd,
+        L::Add { wait: true, .. } | L::Replace { wait: true, .. }
+    );
+    let (what, mount, c) = match cmd {
+        L::Fail { mount, leg } => {
+            let c = LegCommand::Fail(leg_arg(&mount, &leg));
+            ("fail", mount, c)
+        }
+        L::Add {
+            mount, leg, full, ..
+        } => {
+            let c = LegCommand::Add {
+                leg: leg_arg(&mount, &leg),
+                full,
+            };
+            ("add", mount, c)
+        }
+        L::Remove { mount, leg } => {
+            let c = LegCommand::Remove(leg_arg(&mount, &leg));
+            ("remove", mount, c)
+        }
+        L::Replace {
+            mount, leg, newdir, ..
+        } => {
+            let c = LegCommand::Replace {
+                leg: leg_arg(&mount, &leg),
+                new: std::path::absolute(&newdir).unwrap_or(newdir),
+            };
+            ("replace", mount, c)
+        }
     };
-    let leg = |w: &OsStr| leg_arg(mount, w);
-    let c = match (cmd, rest) {
-        ("fail", [l]) => LegCommand::Fail(leg(l)),
-        ("add", [l]) => LegCommand::Add {
-            leg: leg(l),
-            full: false,
-        },
-        ("add", [l, full]) if *full == "--full" => LegCommand::Add {
-            leg: leg(l),
-            full: true,
-        },
-        ("remove", [l]) => LegCommand::Remove(leg(l)),
-        ("replace", [l, new]) => LegCommand::Replace {
-            leg: leg(l),
-            new: std::path::absolute(new).unwrap_or_else(|_| PathBuf::from(new)),
-        },
-        _ => return usage(usage_line),
+    // The resync before the command, to tell the new one from it.
+    let before = if wait {
+        match stats(&mount) {
+            Ok(st) => st.resync,
+            Err((code, e)) => {
+                eprintln!("mirrorfs: {e}");
+                return code;
+            }
+        }
+    } else {
+        None
     };
-    command(mount, "leg", &c.encode(), &format!("leg {cmd}"))
+    match command(&mount, "leg", &c.encode(), &format!("leg {what}")) {
+        0 if wait => wait_resync(&mount, before),
+        code => code,
+    }
 }
 
 fn usage(line: &str) -> i32 {
@@ -263,80 +326,146 @@ fn usage(line: &str) -> i32 {
     EXIT_USAGE
 }
 
-/// `mirrorfs get MOUNT KEY`, `mirrorfs set MOUNT KEY VALUE`, `mirrorfs list MOUNT`.
-pub fn run(cmd: &str, args: &[String]) -> i32 {
-    match (cmd, args) {
-        ("get", [mount, key]) => match get(Path::new(mount), key) {
-            Ok(v) => {
-                println!("{}", String::from_utf8_lossy(&v));
-                0
+/// The id of the last event a mount dispatched (0: none yet).
+fn last_event(mount: &Path) -> Result<(u64, serde_json::Value), (i32, String)> {
+    let v = get(mount, "notify_last")?;
+    if v == b"none" {
+        return Ok((0, serde_json::Value::Null));
+    }
+    let doc: serde_json::Value = serde_json::from_slice(&v).map_err(|e| {
+        (
+            1,
+            format!("{}: unreadable notify_last: {e}", mount.display()),
+        )
+    })?;
+    Ok((doc["id"].as_u64().unwrap_or(0), doc))
+}
+
+/// `mirrorfs notify-test MOUNT`: fires a test event and says what ran.
+pub fn notify_test(mount: &Path) -> i32 {
+    let before = match last_event(mount) {
+        Ok((id, _)) => id,
+        Err((code, e)) => {
+            eprintln!("mirrorfs: {e}");
+            return code;
+        }
+    };
+    match command(mount, "notify_test", b"1", "notify-test") {
+        0 => {}
+        code => return code,
+    }
+    let start = std::time::Instant::now();
+    let doc = loop {
+        match last_event(mount) {
+            Ok((id, doc)) if id > before && doc["event"] == "test" => break doc,
+            Ok(_) if start.elapsed() > std::time::Duration::from_secs(130) => {
+                eprintln!(
+                    "mirrorfs: {}: notify-test: the daemon did not report the test event",
+                    mount.display()
+                );
+                return 1;
             }
+            Ok(_) => std::thread::sleep(std::time::Duration::from_millis(100)),
             Err((code, e)) => {
                 eprintln!("mirrorfs: {e}");
-                code
-            }
-        },
-        ("set", [mount, key, value]) => {
-            let name = match key_name(key) {
-                Ok(n) => n,
-                Err(e) => return usage(&e),
-            };
-            let m = Path::new(mount);
-            let Some(file) = control_file(m) else {
-                let (code, e) = not_a_mount(m);
-                eprintln!("mirrorfs: {e}");
                 return code;
-            };
-            match sys::xattr::set_path(&file, &name, value.as_bytes()) {
-                Ok(()) => 0,
-                Err(e) => {
-                    match refusal_reason(&file, e) {
-                        Some(why) => eprintln!("mirrorfs: {}: {why}", m.display()),
-                        None => eprintln!("mirrorfs: {}", explain(m, key, e)),
-                    }
-                    if e.code() == libc::ENOTSUP {
-                        EXIT_USAGE
-                    } else {
-                        1
-                    }
-                }
             }
         }
-        ("list", [mount]) => {
-            let m = Path::new(mount);
-            let Some(file) = control_file(m) else {
-                let (code, e) = not_a_mount(m);
-                eprintln!("mirrorfs: {e}");
-                return code;
-            };
-            let names = match sys::xattr::list_path(&file) {
-                Ok(n) => n,
-                Err(e) => {
-                    eprintln!("mirrorfs: {}", explain(m, "(list)", e));
-                    return EXIT_USAGE;
-                }
-            };
-            let keys: Vec<String> = names
-                .iter()
-                .filter_map(|n| std::str::from_utf8(n).ok()?.strip_prefix(PREFIX))
-                .filter(|k| *k != "stats")
-                .map(str::to_string)
-                .collect();
-            if keys.is_empty() {
-                return usage(&format!("{mount}: not a mirrorfs mount"));
-            }
-            for k in keys {
-                match get(m, &k) {
-                    Ok(v) => println!("{k}={}", String::from_utf8_lossy(&v)),
-                    Err((_, e)) => eprintln!("mirrorfs: {e}"),
-                }
-            }
+    };
+    let ran = doc["ran"].as_object().cloned().unwrap_or_default();
+    if ran.is_empty() {
+        eprintln!(
+            "mirrorfs: {}: notify-test: nothing to run: set notify_program=, mail_to=, or put \
+             executables in the events directory (mirrorfs get {} events_dir)",
+            mount.display(),
+            mount.display()
+        );
+        return 1;
+    }
+    let mut ok = true;
+    for (what, result) in &ran {
+        let result = result.as_str().unwrap_or("");
+        ok &= result == "exit 0";
+        println!("{what}: {result}");
+    }
+    if ok {
+        0
+    } else {
+        1
+    }
+}
+
+/// `mirrorfs get MOUNT KEY`.
+pub fn get_cmd(mount: &Path, key: &str) -> i32 {
+    match get(mount, key) {
+        Ok(v) => {
+            println!("{}", String::from_utf8_lossy(&v));
             0
         }
-        ("get", _) => usage("usage: mirrorfs get MOUNT KEY"),
-        ("set", _) => usage("usage: mirrorfs set MOUNT KEY VALUE"),
-        _ => usage("usage: mirrorfs list MOUNT"),
+        Err((code, e)) => {
+            eprintln!("mirrorfs: {e}");
+            code
+        }
     }
+}
+
+/// `mirrorfs set MOUNT KEY VALUE`.
+pub fn set_cmd(m: &Path, key: &str, value: &str) -> i32 {
+    let name = match key_name(key) {
+        Ok(n) => n,
+        Err(e) => return usage(&e),
+    };
+    let Some(file) = control_file(m) else {
+        let (code, e) = not_a_mount(m);
+        eprintln!("mirrorfs: {e}");
+        return code;
+    };
+    match sys::xattr::set_path(&file, &name, value.as_bytes()) {
+        Ok(()) => 0,
+        Err(e) => {
+            match refusal_reason(&file, e) {
+                Some(why) => eprintln!("mirrorfs: {}: {why}", m.display()),
+                None => eprintln!("mirrorfs: {}", explain(m, key, e)),
+            }
+            if e.code() == libc::ENOTSUP {
+                EXIT_USAGE
+            } else {
+                1
+            }
+        }
+    }
+}
+
+/// `mirrorfs list MOUNT`.
+pub fn list_cmd(m: &Path) -> i32 {
+    let Some(file) = control_file(m) else {
+        let (code, e) = not_a_mount(m);
+        eprintln!("mirrorfs: {e}");
+        return code;
+    };
+    let names = match sys::xattr::list_path(&file) {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("mirrorfs: {}", explain(m, "(list)", e));
+            return EXIT_USAGE;
+        }
+    };
+    let keys: Vec<String> = names
+        .iter()
+        .filter_map(|n| std::str::from_utf8(n).ok()?.strip_prefix(PREFIX))
+        .filter(|k| *k != "stats")
+        .map(str::to_string)
+        .collect();
+    if keys.is_empty() {
+        return usage(&format!("{}: not a mirrorfs mount", m.display()));
+    }
+    for k in keys {
+        match get(m, &k) {
+            Ok(v) => println!("{k}={}", String::from_utf8_lossy(&v)),
+            Err((_, e)) => eprintln!("mirrorfs: {e}"),
+        }
+    }
+    0
 }
 
 #[cfg(test)]

@@ -4,7 +4,8 @@
 //! superblocks of a new mirror, and tells the parent through a pipe; the parent exits 0 only
 //! then (or prints the child's error and exits 1), so `mirrorfs ...; ls MOUNT` always works.
 //! SIGINT, SIGTERM and SIGHUP unmount cleanly; so does `umount MOUNT`. Once the paths are
-//! resolved, the daemon's working directory is `/`.
+//! resolved, the daemon's working directory is `/`. Under systemd (`$NOTIFY_SOCKET`), the
+//! daemon sends READY=1 once the mount answers, and STOPPING=1 when it goes.
 
 use super::validate::{validate, Validated};
 use super::Args;
@@ -254,12 +255,25 @@ fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), Stri
             format!("cannot start the sweeper thread: {e}"),
         ));
     }
+    // So that umount(8) runs umount.fuse.mirrorfs, which waits for the legs (utab.rs).
+    super::utab::register(
+        p.config.fsname.as_deref().unwrap_or("mirrorfs"),
+        &mountpoint,
+    );
+    // Alerts: the watcher and the dispatcher of events (off the I/O path).
+    if let Err(e) = super::events::start(fs.clone(), &mountpoint, &p.config) {
+        return Err(fail(
+            &mut ready,
+            format!("cannot start the event threads: {e}"),
+        ));
+    }
     let mut unmounter = session.unmount_callable();
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
             let sig = sys::wait_for_termination_signal();
             log::info!("signal {sig}: unmounting");
+            super::notify::notify("STOPPING=1");
             if let Err(e) = unmounter.unmount() {
                 log::error!("unmount failed: {e}");
             }
@@ -305,7 +319,16 @@ fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), Stri
         fs.mirror().legs().len(),
         mountpoint.display()
     );
-    session
+    // A Type=notify service (contrib/systemd/mirrorfs@.service) starts its dependents now.
+    super::notify::notify(&format!(
+        "READY=1\nSTATUS=mounted {} legs on {}",
+        fs.mirror().legs().len(),
+        mountpoint.display()
+    ));
+    let ran = session
         .run()
-        .map_err(|e| format!("session ended with an error: {e}"))
+        .map_err(|e| format!("session ended with an error: {e}"));
+    super::notify::notify("STOPPING=1");
+    super::utab::unregister(&mountpoint);
+    ran
 }

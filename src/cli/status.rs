@@ -1,13 +1,15 @@
-//! `mirrorfs status [--json] [--clear] [MOUNT...]`: a `zpool status`-like report, and an exit
-//! status monitoring can use: 0 every leg online and no errors, 1 degraded, errors counted or
-//! damaged files, 2 usage error or not a mirrorfs mount. `--clear` first zeroes the counters
-//! and the damaged-file list (`stats_reset`, root only), as `zpool clear` does.
+//! `mirrorfs status [--json | --format=text|json|prometheus] [--clear] [MOUNT...]`: a `zpool
+//! status`-like report, and an exit status monitoring can use: 0 every leg online and no
+//! errors, 1 degraded, errors counted, or damaged or diverged files, 2 usage error or not a
+//! mirrorfs mount. `--format=prometheus` prints the text exposition instead (`prometheus.rs`).
+//! `--clear` first zeroes the counters and the damaged- and diverged-file lists
+//! (`stats_reset`, root only), as `zpool clear` does.
 
+use super::args::{Format, StatusArgs};
 use super::control::{self, EXIT_USAGE};
 use super::format::{human_bytes, human_duration, scan_line};
 use crate::stats::{LegState, MountState, Stats};
 use std::fmt::Write;
-use std::path::PathBuf;
 
 /// The report for one mount.
 pub fn render(st: &Stats) -> String {
@@ -77,6 +79,17 @@ pub fn render(st: &Stats) -> String {
         st.pid,
         st.mirrorfs_version
     );
+    if let Some(d) = &st.daemon {
+        let _ = writeln!(
+            o,
+            " daemon: {} resident, {} CPU{}",
+            human_bytes(d.memory_bytes),
+            human_cpu(d.cpu_us),
+            d.threads
+                .map(|t| format!(", {t} threads"))
+                .unwrap_or_default()
+        );
+    }
     let mut scans = Vec::new();
     if let Some(r) = &st.resync {
         scans.push(scan_line("resync", r));
@@ -147,6 +160,40 @@ pub fn render(st: &Stats) -> String {
             if l.writemostly { "  (writemostly)" } else { "" }
         );
     }
+    if st
+        .legs
+        .iter()
+        .any(|l| l.disk.is_some() || l.size_bytes.is_some())
+    {
+        let _ = writeln!(o, "\n  disks:");
+        for l in &st.legs {
+            let space = match (l.size_bytes, l.free_bytes) {
+                (Some(size), Some(free)) => {
+                    format!("{} free of {}", human_bytes(free), human_bytes(size))
+                }
+                _ => "size unknown".to_string(),
+            };
+            let disk = match &l.disk {
+                Some(d) => format!(
+                    "{} on {}{}, {}{}",
+                    d.filesystem,
+                    d.device,
+                    d.model
+                        .as_deref()
+                        .map(|m| format!(" ({m})"))
+                        .unwrap_or_default(),
+                    match d.kind.as_str() {
+                        "ssd" => "SSD",
+                        "hdd" => "HDD",
+                        _ => "kind unknown",
+                    },
+                    if d.removable { ", removable" } else { "" }
+                ),
+                None => "disk unknown".to_string(),
+            };
+            let _ = writeln!(o, "\t{:<name_w$} {space}; {disk}", l.name);
+        }
+    }
     let _ = writeln!(
         o,
         "\nerrors: {}",
@@ -207,6 +254,15 @@ pub fn render(st: &Stats) -> String {
     o
 }
 
+/// CPU time: `850ms`, `12.3s`, `1h 02m 03s`.
+fn human_cpu(us: u64) -> String {
+    match us {
+        0..1_000_000 => format!("{}ms", us / 1000),
+        1_000_000..60_000_000 => format!("{:.1}s", us as f64 / 1e6),
+        _ => human_duration(us / 1_000_000),
+    }
+}
+
 /// Exit status for one mount's stats: 0 healthy, 1 degraded or errors.
 pub fn health(st: &Stats) -> i32 {
     let errors = st
@@ -224,31 +280,81 @@ pub fn health(st: &Stats) -> i32 {
     }
 }
 
-pub fn run(args: &[String]) -> i32 {
-    let mut json = false;
-    let mut clear = false;
-    let mut mounts: Vec<PathBuf> = Vec::new();
-    for a in args {
-        match a.as_str() {
-            "--json" | "-j" => json = true,
-            "--clear" => clear = true,
-            "-h" | "--help" => {
-                println!("usage: mirrorfs status [--json] [--clear] [MOUNT...]\n\n--clear zeroes the error counters and the damaged-file list first (root).\nExit status: 0 every leg online and no errors, 1 degraded, errors or damaged files, 2 usage error or not a mirrorfs mount.");
-                return 0;
-            }
-            s if s.starts_with('-') => {
-                eprintln!("mirrorfs: status: unknown flag '{s}' (usage: mirrorfs status [--json] [--clear] [MOUNT...])");
-                return EXIT_USAGE;
-            }
-            s => mounts.push(PathBuf::from(s)),
-        }
-    }
+/// Writes `text` to `file` atomically: a temporary file beside it, then a rename, so a reader
+/// (node_exporter's textfile collector) never sees half of it.
+fn write_atomically(file: &std::path::Path, text: &str) -> Result<(), String> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt;
+    let name = file
+        .file_name()
+        .ok_or_else(|| format!("'{}' is not a file name", file.display()))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".{}.tmp", std::process::id()));
+    let tmp = file.with_file_name(tmp_name);
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .open(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, file)
+    };
+    write().map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        format!("cannot write '{}': {e}", file.display())
+    })
+}
+
+pub fn run(args: StatusArgs) -> i32 {
+    let format = match (args.json, args.format) {
+        (true, _) => Format::Json,
+        (false, f) => f.unwrap_or(Format::Text),
+    };
+    let output = args.output;
+    let clear = args.clear;
+    let mut mounts = args.mounts;
     if mounts.is_empty() {
         mounts = control::mounts();
-        if mounts.is_empty() {
+        // No mount is not an error for the metrics: an empty exposition says it.
+        if mounts.is_empty() && format != Format::Prometheus {
             eprintln!("mirrorfs: no mirrorfs mounts");
             return EXIT_USAGE;
         }
+    }
+    if format == Format::Prometheus {
+        let all: Vec<(String, Result<Stats, String>)> = mounts
+            .iter()
+            .map(|m| {
+                let st = control::stats(m).map_err(|(_, e)| {
+                    eprintln!("mirrorfs: {e}");
+                    e
+                });
+                (m.display().to_string(), st)
+            })
+            .collect();
+        let text = super::prometheus::render(&all);
+        return match output {
+            None => {
+                print!("{text}");
+                0
+            }
+            Some(f) => match write_atomically(&f, &text) {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("mirrorfs: {e}");
+                    1
+                }
+            },
+        };
+    }
+    if output.is_some() {
+        eprintln!(
+            "mirrorfs: status: --output goes with --format=prometheus (see 'mirrorfs status --help')"
+        );
+        return EXIT_USAGE;
     }
     let mut worst = 0;
     for (i, m) in mounts.iter().enumerate() {
@@ -261,7 +367,7 @@ pub fn run(args: &[String]) -> i32 {
         }
         match control::stats(m) {
             Ok(st) => {
-                if json {
+                if format == Format::Json {
                     println!("{}", serde_json::to_string(&st).expect("serializable"));
                 } else {
                     if i > 0 {

@@ -6,6 +6,15 @@ pub mod table;
 use std::time::Duration;
 use table::Given;
 
+/// The text of a configuration file; why not, in words.
+pub fn read_config_file(file: &str) -> Result<String, String> {
+    if file.is_empty() {
+        return Err("a file".into());
+    }
+    let bytes = std::fs::read(file).map_err(|e| format!("cannot read it: {e}"))?;
+    String::from_utf8(bytes).map_err(|_| "not UTF-8 text".into())
+}
+
 /// Everything `-o` can say.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MountConfig {
@@ -49,6 +58,14 @@ pub struct MountConfig {
     /// Free space every leg keeps: a write that would go below it on any leg fails with
     /// ENOSPC before any leg is written. `None`: 4 GiB, or 5% of a leg's size if less.
     pub minfreespace: Option<u64>,
+    /// The files `config=FILE` read, as given.
+    pub config_files: Vec<String>,
+    /// Events: a program to run, a directory of programs, an address to mail, and the least
+    /// time between two runs for the same event and leg.
+    pub notify_program: Option<String>,
+    pub events_dir: String,
+    pub mail_to: Option<String>,
+    pub notify_interval: Duration,
 }
 
 impl Default for MountConfig {
@@ -75,6 +92,11 @@ impl Default for MountConfig {
             checksum: None,
             resync_speed_max: 0,
             init_from: None,
+            config_files: Vec::new(),
+            notify_program: None,
+            events_dir: "/etc/mirrorfs/events.d".into(),
+            mail_to: None,
+            notify_interval: Duration::from_secs(60),
         }
     }
 }
@@ -94,8 +116,14 @@ impl MountConfig {
                 Some((k, v)) => (k, Some(v)),
                 None => (opt, None),
             };
-            if let Err(e) = c.apply(key, value) {
-                errs.push(e);
+            match (key, value) {
+                // Every problem in the file, one line each, naming FILE:LINE.
+                (table::CONFIG, Some(file)) => errs.extend(c.apply_file(file)),
+                _ => {
+                    if let Err(e) = c.apply(key, value) {
+                        errs.push(e);
+                    }
+                }
             }
         }
         errs.extend(c.conflicts());
@@ -124,6 +152,61 @@ impl MountConfig {
             Some(v) => format!("invalid value for '{key}': '{}' ({why})", v.escape_debug()),
             None => format!("option '{key}' {why}"),
         })
+    }
+
+    /// Applies the options of a configuration file (`config=FILE`): one option per line, as
+    /// `-o` takes it (`name=value` or `flag`), blanks around it ignored, `#` starting a comment.
+    /// Returns every problem, one line each, starting with `FILE:LINE: `; nothing is applied
+    /// unless the whole file is good.
+    pub fn apply_file(&mut self, file: &str) -> Vec<String> {
+        match read_config_file(file) {
+            Ok(text) => self.apply_lines(file, &text),
+            Err(why) => vec![format!(
+                "invalid value for '{}': '{}' ({why})",
+                table::CONFIG,
+                file.escape_debug()
+            )],
+        }
+    }
+
+    /// The lines of a configuration file read from `file` (see [`MountConfig::apply_file`]).
+    pub fn apply_lines(&mut self, file: &str, text: &str) -> Vec<String> {
+        let shown = file.escape_debug();
+        let mut next = self.clone();
+        let mut errs = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            let at = format!("{shown}:{}", i + 1);
+            let opt = line
+                .split_once('#')
+                .map_or(line, |(before, _)| before)
+                .trim();
+            if opt.is_empty() {
+                continue;
+            }
+            if opt.contains(',') {
+                errs.push(format!(
+                    "{at}: one option per line: '{}'",
+                    opt.escape_debug()
+                ));
+                continue;
+            }
+            let (key, value) = match opt.split_once('=') {
+                Some((k, v)) => (k.trim(), Some(v.trim())),
+                None => (opt, None),
+            };
+            if key == table::CONFIG {
+                errs.push(format!("{at}: a config file cannot name another one"));
+                continue;
+            }
+            if let Err(e) = next.apply(key, value) {
+                errs.push(format!("{at}: {e}"));
+            }
+        }
+        if errs.is_empty() {
+            next.config_files.push(file.to_string());
+            *self = next;
+        }
+        errs
     }
 
     /// Problems between options, one line each.
@@ -277,7 +360,8 @@ mod tests {
                     let before = c.clone();
                     match c.apply(name, Some(v)) {
                         Ok(()) => assert!(
-                            !o.form.is_empty() && matches!(o.form, "NAME" | "LEG" | "SIZE"),
+                            !o.form.is_empty()
+                                && matches!(o.form, "NAME" | "LEG" | "SIZE" | "PATH" | "DIR"),
                             "{name}={v:?} was accepted"
                         ),
                         Err(e) => {
@@ -313,6 +397,62 @@ mod tests {
         assert!(MountConfig::default()
             .apply("attr_timeout", Some("1e300"))
             .is_err());
+    }
+
+    fn config_file(text: &str) -> tempfile::NamedTempFile {
+        use std::io::Write;
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(text.as_bytes()).unwrap();
+        f
+    }
+
+    #[test]
+    fn config_file_applies_where_it_stands() {
+        let f = config_file(
+            "# a mirror of two disks\n\nthreads = 3\n  read_policy=first   # comment\nro\n",
+        );
+        let path = f.path().to_str().unwrap().to_string();
+        let c = parse(&[&format!("threads=5,config={path}")]).unwrap();
+        assert_eq!(c.threads, 3, "the file comes after threads=5");
+        assert_eq!(c.read_policy, "first");
+        assert!(c.read_only);
+        assert_eq!(c.config_files, vec![path.clone()]);
+        let c = parse(&[&format!("config={path}"), "threads=5"]).unwrap();
+        assert_eq!(c.threads, 5, "a later -o wins");
+    }
+
+    #[test]
+    fn config_file_errors_name_file_and_line() {
+        let f = config_file("threads=2\nbogus\n# fine\nthreads=abc\nro,rw\nconfig=/x\n");
+        let path = f.path().to_str().unwrap().to_string();
+        let e = parse(&[&format!("config={path}")]).unwrap_err();
+        assert_eq!(
+            e,
+            vec![
+                format!("{path}:2: unknown option 'bogus'"),
+                format!(
+                    "{path}:4: invalid value for 'threads': 'abc' (a whole number from 1 to 256)"
+                ),
+                format!("{path}:5: one option per line: 'ro,rw'"),
+                format!("{path}:6: a config file cannot name another one"),
+            ]
+        );
+        let e = parse(&["config=/nonexistent/mirrorfs.conf"]).unwrap_err();
+        assert_eq!(e.len(), 1);
+        assert!(
+            e[0].starts_with(
+                "invalid value for 'config': '/nonexistent/mirrorfs.conf' (cannot read it: "
+            ),
+            "{e:?}"
+        );
+        assert_eq!(
+            parse(&["config"]).unwrap_err(),
+            vec!["option 'config' needs a value".to_string()]
+        );
+        // A refused file changes nothing.
+        let mut c = MountConfig::default();
+        assert!(!c.apply_file(&path).is_empty());
+        assert_eq!(c, MountConfig::default());
     }
 
     #[test]

@@ -80,6 +80,15 @@ fn text(given: Given<'_>) -> Result<&str, String> {
     }
 }
 
+/// An absolute path, without control characters.
+fn path(given: Given<'_>) -> Result<String, String> {
+    let v = name(given).map_err(|_| "an absolute path".to_string())?;
+    if !v.starts_with('/') {
+        return Err("an absolute path".into());
+    }
+    Ok(v)
+}
+
 /// A name that is not empty and holds no control character.
 fn name(given: Given<'_>) -> Result<String, String> {
     let v = text(given)?;
@@ -99,6 +108,9 @@ fn secs(d: std::time::Duration) -> String {
 
 /// The most FUSE worker threads, and I/O threads per leg.
 pub const MAX_THREADS: u64 = 256;
+
+/// The option that reads more options from a file (`-o config=FILE`).
+pub const CONFIG: &str = "config";
 
 /// Every mount option, in the order the docs list them.
 pub static OPTIONS: &[OptionSpec] = &[
@@ -372,6 +384,79 @@ pub static OPTIONS: &[OptionSpec] = &[
         show: |c| yes_no(c.dirsync),
     },
     OptionSpec {
+        name: "notify_program",
+        opposite: None,
+        form: "PATH",
+        default: "",
+        live: false,
+        doc: "a program run on every event (leg failed or removed, mirror degraded, resync started or finished, scrub finished, read error repaired, I/O error, leg below its reserve, test) with `MIRRORFS_*` variables (docs/operations.md, Alerts)",
+        apply: |c, g| {
+            c.notify_program = Some(path(g)?);
+            Ok(())
+        },
+        show: |c| c.notify_program.clone().unwrap_or_default(),
+    },
+    OptionSpec {
+        name: "events_dir",
+        opposite: None,
+        form: "DIR",
+        default: "/etc/mirrorfs/events.d",
+        live: false,
+        doc: "a directory whose executables run on every event, in name order, like `notify_program`",
+        apply: |c, g| {
+            c.events_dir = path(g)?;
+            Ok(())
+        },
+        show: |c| c.events_dir.clone(),
+    },
+    OptionSpec {
+        name: "mail_to",
+        opposite: None,
+        form: "ADDR",
+        default: "",
+        live: false,
+        doc: "mail every event to ADDR through `sendmail` (when installed)",
+        apply: |c, g| {
+            let v = name(g)?;
+            if v.contains(char::is_whitespace) || !v.contains('@') || v.starts_with('-') {
+                return Err("a mail address, like root@localhost".into());
+            }
+            c.mail_to = Some(v);
+            Ok(())
+        },
+        show: |c| c.mail_to.clone().unwrap_or_default(),
+    },
+    OptionSpec {
+        name: "notify_interval",
+        opposite: None,
+        form: "S",
+        default: "60",
+        live: false,
+        doc: "seconds between two runs for the same event on the same leg; events in between are counted (`MIRRORFS_SUPPRESSED`) and logged, not run",
+        apply: |c, g| {
+            c.notify_interval = value::seconds(text(g)?)?;
+            Ok(())
+        },
+        show: |c| secs(c.notify_interval),
+    },
+    OptionSpec {
+        name: CONFIG,
+        opposite: None,
+        form: "FILE",
+        default: "",
+        live: false,
+        doc: "more options from FILE, one per line as `-o` takes them (`name=value` or `flag`), `#` starting a comment; they apply where `config=` stands, so later options win; an error names FILE:LINE",
+        apply: |c, g| {
+            let file = text(g)?;
+            let lines = super::read_config_file(file)?;
+            match c.apply_lines(file, &lines).into_iter().next() {
+                None => Ok(()),
+                Some(e) => Err(e),
+            }
+        },
+        show: |c| c.config_files.join(":"),
+    },
+    OptionSpec {
         name: "fault_injection",
         opposite: None,
         form: "",
@@ -463,6 +548,18 @@ pub static KEYS: &[KeySpec] = &[
         access: Access::ReadOwn,
         scope: Scope::Mount,
         doc: "why this process's last change through a key was refused (a write gives only an errno); `mirrorfs set`, `leg` and `scrub` print it",
+    },
+    KeySpec {
+        name: "notify_test",
+        access: Access::WriteOnly,
+        scope: Scope::Mount,
+        doc: "writing any value fires a `test` event (what `mirrorfs notify-test` does): the notify program, the events directory's programs, mail",
+    },
+    KeySpec {
+        name: "notify_last",
+        access: Access::Read,
+        scope: Scope::Mount,
+        doc: "the last event dispatched, JSON: `id`, `event`, `time`, `leg`, `summary`, `suppressed` (true when rate-limited) and `ran`, each program with its exit status (`mail` for the mail), or `none`",
     },
     KeySpec {
         name: "stats_reset",

@@ -50,6 +50,27 @@ pub fn may_control(caller_uid: u32, daemon_uid: u32, cap_sys_admin: impl FnOnce(
     caller_uid == 0 || (daemon_uid != 0 && caller_uid == daemon_uid) || cap_sys_admin()
 }
 
+/// What the keys and the daemon's event notifier (`cli/events.rs`) share: test events asked
+/// for with `user.mirrorfs.notify_test`, and the last event the notifier dispatched, which
+/// `user.mirrorfs.notify_last` shows (so `mirrorfs notify-test` can say what ran).
+#[derive(Default)]
+pub struct EventBus {
+    test_requests: std::sync::atomic::AtomicU64,
+    last: parking_lot::Mutex<Option<String>>,
+}
+
+impl EventBus {
+    /// Test events asked for since the mount.
+    pub fn test_requests(&self) -> u64 {
+        self.test_requests.load(Ordering::Relaxed)
+    }
+
+    /// Records the last event dispatched (a JSON document).
+    pub fn record(&self, doc: String) {
+        *self.last.lock() = Some(doc);
+    }
+}
+
 /// Why the last refused control writes were refused, by requesting process, so that a
 /// command that got only an errno can read the reason back (`user.mirrorfs.last_error`).
 /// The most recent [`LastErrors::KEPT`] processes are remembered.
@@ -213,6 +234,10 @@ impl MirrorFs {
                 self.reset_stats();
                 Ok(())
             }
+            Key::Mount(k) if k.name == "notify_test" => {
+                self.events.test_requests.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
             Key::Fault => {
                 let v = text()?;
                 if v == "clear" {
@@ -365,6 +390,13 @@ impl MirrorFs {
                 }
                 None => b"none".to_vec(),
             },
+            "notify_last" => self
+                .events
+                .last
+                .lock()
+                .clone()
+                .unwrap_or_else(|| "none".into())
+                .into(),
             "fault" => self
                 .mirror
                 .faults()
@@ -394,6 +426,11 @@ impl MirrorFs {
         } else {
             MountState::Online
         }
+    }
+
+    /// What the keys share with the event notifier.
+    pub fn events(&self) -> &EventBus {
+        &self.events
     }
 
     /// Zeroes every leg's counters.
@@ -467,6 +504,7 @@ impl MirrorFs {
                 let c = &l.counters;
                 let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
                 let f = self.mirror.service_figures(l.idx);
+                let space = l.space().ok();
                 LegStats {
                     name: l.name.clone(),
                     path: l.path().display().to_string(),
@@ -495,6 +533,22 @@ impl MirrorFs {
                     stream_switches: get(&c.stream_switches),
                     split_reads: get(&c.split_reads),
                     spread_reads: get(&c.spread_reads),
+                    size_bytes: space.map(|(size, _)| size),
+                    free_bytes: space.map(|(_, free)| free),
+                    reserve_bytes: l.reserve.load(Ordering::Relaxed),
+                    disk: crate::sys::host::disk_of(
+                        &l.path(),
+                        l.device.sysfs.as_deref(),
+                        l.device.rotational,
+                    )
+                    .map(|d| crate::stats::DiskStats {
+                        device: d.device,
+                        model: d.model,
+                        kind: d.kind.into(),
+                        filesystem: d.file_system,
+                        mount_point: d.mount_point.display().to_string(),
+                        removable: d.removable,
+                    }),
                 }
             })
             .collect();
@@ -525,6 +579,12 @@ impl MirrorFs {
                 )
             }),
             integrity: self.integrity_stats(),
+            daemon: crate::sys::host::own_process().map(|p| crate::stats::DaemonStats {
+                memory_bytes: p.memory,
+                virtual_memory_bytes: p.virtual_memory,
+                cpu_us: p.cpu_us,
+                threads: p.threads,
+            }),
         }
     }
 

@@ -126,6 +126,8 @@ pub struct MirrorFs {
     recovery: Arc<Recovery>,
     /// Why control writes were refused, for the callers to read back.
     last_errors: control::LastErrors,
+    /// Between the keys and the daemon's event notifier (`notify_test`, `notify_last`).
+    events: control::EventBus,
 }
 
 impl MirrorFs {
@@ -191,6 +193,7 @@ impl MirrorFs {
             started: std::time::Instant::now(),
             recovery,
             last_errors: control::LastErrors::default(),
+            events: control::EventBus::default(),
         })
     }
 

@@ -332,6 +332,15 @@ fn scan_stats(progress: &Progress, state: &JobState, legs: Vec<String>) -> ScanS
     }
 }
 
+/// Puts the calling job's thread in the idle I/O class, so that a scrub (which only checks)
+/// gives way to the mount's own I/O, as `btrfs scrub` does; a resync, which restores
+/// redundancy, keeps the normal class. A failure is logged: the job runs anyway.
+pub(crate) fn io_idle(job: &str) {
+    if let Err(e) = crate::sys::io_priority_idle() {
+        log::warn!("{job}: cannot use the idle I/O class: {e}");
+    }
+}
+
 /// Runs `job` on a thread of its own named `name`. A thread that cannot start, or a job that
 /// panics (a bug, never the data), ends with `failed` and `on_failure` run; never a job stuck
 /// "running".

@@ -363,6 +363,7 @@ impl Recovery {
     }
 
     fn run_scrub(&self, job: &Arc<ScrubJob>, repair: tree::Repair) {
+        super::io_idle("scrub");
         let r = (|| -> Result<tree::ScrubReport> {
             let roots = job
                 .legs

@@ -12,6 +12,7 @@ pub mod aligned;
 pub mod creds;
 pub mod dir;
 pub mod fd;
+pub mod host;
 pub mod mountinfo;
 pub mod syslog;
 pub mod tree_support;
@@ -180,6 +181,37 @@ pub fn wait_for_termination_signal() -> i32 {
     // SAFETY: set is a valid sigset_t and sig a valid out pointer.
     unsafe { libc::sigwait(&set, &mut sig) };
     sig
+}
+
+/// Puts the calling thread in the idle I/O scheduling class (`ioprio_set`, as `ionice -c 3`):
+/// its reads and writes go to a disk only when nothing else wants it (with the BFQ scheduler;
+/// others ignore the class). What `btrfs scrub` does by default.
+pub fn io_priority_idle() -> std::io::Result<()> {
+    const IOPRIO_WHO_PROCESS: libc::c_long = 1;
+    const IOPRIO_CLASS_IDLE: libc::c_long = 3;
+    const IOPRIO_CLASS_SHIFT: u32 = 13;
+    // SAFETY: integer arguments only; `who` 0 is the calling thread.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_ioprio_set,
+            IOPRIO_WHO_PROCESS,
+            0 as libc::c_long,
+            IOPRIO_CLASS_IDLE << IOPRIO_CLASS_SHIFT,
+        )
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `umount2(path, flags)`.
+pub fn umount(path: &std::ffi::CStr, flags: i32) -> std::io::Result<()> {
+    // SAFETY: path is a valid C string; no memory is written.
+    if unsafe { libc::umount2(path.as_ptr(), flags) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// The effective uid of this process.

@@ -96,6 +96,7 @@ pub const MOUNT_FIELDS: &[&str] = &[
     "resync",
     "scrub",
     "integrity",
+    "daemon",
 ];
 
 /// Fields of each leg.
@@ -122,6 +123,10 @@ pub const LEG_FIELDS: &[&str] = &[
     "stream_switches",
     "split_reads",
     "spread_reads",
+    "size_bytes",
+    "free_bytes",
+    "reserve_bytes",
+    "disk",
 ];
 
 /// Per-leg counters that `stats_reset` zeroes.
