@@ -2,8 +2,8 @@
 //! remove the same set of files, leaving nothing; the .deb (`make deb-package`, what `make deb`
 //! runs after the release build) installs on this machine, mounts through an fstab line of type
 //! `mirrorfs` with `nofail` (mount(8) runs its mount.mirrorfs), serves and answers the stats,
-//! unmounts through its umount.fuse.mirrorfs (which waits for the daemon), and purges leaving
-//! nothing. Both use the binary this test run built.
+//! unmounts through its umount.fuse.mirrorfs (which waits for the daemon) in 20 rounds of
+//! `umount MNT` followed at once by the unmount of each leg's disk, and purges leaving nothing. Both use the binary this test run built.
 
 #[macro_use]
 mod common;
@@ -211,6 +211,39 @@ fn deb_installs_mounts_from_fstab_and_purges_clean() {
             "the daemon {pids:?} still runs when umount returned"
         );
         assert_eq!(superblock(&d.legs[0])["clean"], true);
+
+        // With the package's helper in place, 20 rounds of writes, `umount MNT` (util-linux,
+        // plain) and at once the unmount of each leg's disk (a bind mount, busy while the
+        // daemon holds any descriptor in it): every disk unmount succeeds at the first try,
+        // and the next mount finds clean superblocks.
+        let disks: Vec<PathBuf> = (0..2).map(|i| d.root().join(format!("disk{i}"))).collect();
+        for (disk, leg) in disks.iter().zip(&d.legs) {
+            // The mirror so far moves onto the disks.
+            let out = run("cp", &[&"-a", &leg.join("."), &disk], TOOL_TIMEOUT);
+            assert_exit_code(&out, 0, "cp -a leg disk");
+        }
+        for round in 0..20u64 {
+            for (disk, leg) in disks.iter().zip(&d.legs) {
+                let out = run("mount", &[&"--bind", &disk, &leg], TOOL_TIMEOUT);
+                assert_exit_code(&out, 0, "mount --bind disk leg");
+                assert_eq!(superblock(leg)["clean"], true, "round {round}: not clean");
+            }
+            let out = run("mount", &[&"-T", &fstab, &d.mnt], Duration::from_secs(60));
+            assert_exit_code(&out, 0, &format!("round {round}: mount -T"));
+            fs::write(d.mnt.join(format!("r{round}")), pattern(MIB, round)).unwrap();
+            let out = run("umount", &[&d.mnt], Duration::from_secs(60));
+            assert_exit_code(&out, 0, &format!("round {round}: umount MNT"));
+            for leg in &d.legs {
+                umount2(leg, 0).unwrap_or_else(|e| {
+                    let _ = umount2(leg, libc::MNT_DETACH);
+                    panic!("round {round}: umount {} right after: {e}", leg.display())
+                });
+            }
+        }
+        for disk in &disks {
+            assert_eq!(superblock(disk)["clean"], true);
+            assert_eq!(fs::read(disk.join("r19")).unwrap(), pattern(MIB, 19));
+        }
     });
     purge();
     if let Err(e) = check {

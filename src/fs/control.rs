@@ -504,7 +504,17 @@ impl MirrorFs {
                 let c = &l.counters;
                 let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
                 let f = self.mirror.service_figures(l.idx);
-                let space = l.space().ok();
+                // Measured here without touching the leg's free-space estimate, which the
+                // write path keeps (a stats read must not reset it while writes are in flight).
+                #[allow(clippy::unnecessary_cast)] // (statvfs's fields are not u64 everywhere)
+                let space = l
+                    .root()
+                    .ok()
+                    .and_then(|r| crate::sys::fd::statvfs(r.as_fd()).ok())
+                    .map(|st| {
+                        let frsize = st.f_frsize as u64;
+                        (st.f_blocks as u64 * frsize, st.f_bavail as u64 * frsize)
+                    });
                 LegStats {
                     name: l.name.clone(),
                     path: l.path().display().to_string(),
