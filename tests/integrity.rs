@@ -192,23 +192,25 @@ fn wait_committed(mnt: &Path) {
 const SIZE: usize = 1 << 20;
 const ROT_AT: u64 = 300_000;
 
+/// A mirror of two ext4 loop-device legs, mounted in the foreground with `opts`: the legs,
+/// the temp dir (mount point `mnt`, the daemon's `log`), and the daemon.
+fn ext4_mirror(opts: &str) -> ([Ext4Leg; 2], tempfile::TempDir, PathBuf, Foreground) {
+    let legs = [Ext4Leg::new(64 << 20), Ext4Leg::new(64 << 20)];
+    let tmp = tempfile::tempdir().unwrap();
+    let mnt = tmp.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let leg_paths: Vec<&Path> = legs.iter().map(|l| l.mnt.as_path()).collect();
+    let fg = Foreground::mount(&leg_paths, &mnt, opts, &tmp.path().join("log"));
+    (legs, tmp, mnt, fg)
+}
+
 /// Two ext4 legs, a 1 MiB file written through the mount, then one byte rotted on leg
 /// `rotted`, which is the leg that serves reads (`read_policy=leg:legN`).
 fn rot_on_the_serving_leg(rotted: usize) {
     require_fuse!();
     require_tool!("filefrag");
     require_tool!("getfattr");
-    let legs = [Ext4Leg::new(64 << 20), Ext4Leg::new(64 << 20)];
-    let tmp = tempfile::tempdir().unwrap();
-    let mnt = tmp.path().join("mnt");
-    fs::create_dir(&mnt).unwrap();
-    let leg_paths: Vec<&Path> = legs.iter().map(|l| l.mnt.as_path()).collect();
-    let fg = Foreground::mount(
-        &leg_paths,
-        &mnt,
-        &format!("read_policy=leg:leg{rotted}"),
-        &tmp.path().join("log"),
-    );
+    let (legs, _tmp, mnt, fg) = ext4_mirror(&format!("read_policy=leg:leg{rotted}"));
     let data = pattern(SIZE, 11);
     fs::write(mnt.join("f"), &data).unwrap();
     File::open(mnt.join("f")).unwrap().sync_all().unwrap();
@@ -264,12 +266,7 @@ fn rot_on_every_copy_is_an_error_not_a_guess() {
     require_fuse!();
     require_tool!("filefrag");
     require_tool!("getfattr");
-    let legs = [Ext4Leg::new(64 << 20), Ext4Leg::new(64 << 20)];
-    let tmp = tempfile::tempdir().unwrap();
-    let mnt = tmp.path().join("mnt");
-    fs::create_dir(&mnt).unwrap();
-    let leg_paths: Vec<&Path> = legs.iter().map(|l| l.mnt.as_path()).collect();
-    let fg = Foreground::mount(&leg_paths, &mnt, "", &tmp.path().join("log"));
+    let (legs, _tmp, mnt, fg) = ext4_mirror("");
     let data = pattern(SIZE, 12);
     fs::write(mnt.join("f"), &data).unwrap();
     File::open(mnt.join("f")).unwrap().sync_all().unwrap();
@@ -410,8 +407,7 @@ fn a_scrub_repairs_rot_that_reads_never_see() {
     );
     assert_content_on_legs(m.legs(), "f", &data);
     assert_legs_identical(m.legs());
-    mirrorfs_ok(&[&"scrub", &"start", &mnt]);
-    assert_eq!(wait_scrubbed(&mnt)["differences"], 0);
+    assert_scrub_clean(&mnt);
     m.finish();
 }
 
@@ -436,9 +432,7 @@ fn a_deleted_store_is_rebuilt() {
     assert_eq!(st.integrity.as_ref().unwrap().files_covered, 2, "{st:?}");
     assert_bytes_eq(&fs::read(mnt.join("f")).unwrap(), &data, "f");
     // The next scrub finds nothing.
-    mirrorfs_ok(&[&"scrub", &"start", &mnt]);
-    let doc = wait_scrubbed(&mnt);
-    assert_eq!(doc["differences"], 0, "{doc}");
+    assert_scrub_clean(&mnt);
     r.unmount();
     // Both stores hold the same records now.
     let id = u64::from_le_bytes(
@@ -762,8 +756,7 @@ fn a_copy_edited_on_its_leg_is_diverged_not_rot() {
     }
     let after: Vec<u64> = stats(&mnt).legs.iter().map(|l| l.checksum_errors).collect();
     assert_eq!(before, after, "the adopted version verifies");
-    mirrorfs_ok(&[&"scrub", &"start", &mnt]);
-    assert_eq!(wait_scrubbed(&mnt)["differences"], 0);
+    assert_scrub_clean(&mnt);
     m.finish();
 }
 

@@ -792,6 +792,14 @@ mod tests {
     use super::sum::{sum, BLOCK};
     use super::*;
 
+    /// Slot and root of each test leg.
+    fn leg_list(dirs: &[tempfile::TempDir]) -> Vec<(usize, PathBuf)> {
+        dirs.iter()
+            .enumerate()
+            .map(|(i, d)| (i, d.path().to_path_buf()))
+            .collect()
+    }
+
     fn mount(n: usize) -> (Vec<tempfile::TempDir>, Integrity) {
         let dirs: Vec<tempfile::TempDir> = (0..n)
             .map(|_| {
@@ -801,11 +809,7 @@ mod tests {
             })
             .collect();
         let ig = Integrity::new(true, n);
-        let legs: Vec<(usize, PathBuf)> = dirs
-            .iter()
-            .enumerate()
-            .map(|(i, d)| (i, d.path().to_path_buf()))
-            .collect();
+        let legs = leg_list(&dirs);
         let (failed, _) = ig.open_stores(&legs);
         assert!(failed.is_empty());
         (dirs, ig)
@@ -855,11 +859,7 @@ mod tests {
         drop(f);
         drop(ig);
         let ig = Integrity::new(true, 2);
-        let legs: Vec<(usize, PathBuf)> = dirs
-            .iter()
-            .enumerate()
-            .map(|(i, d)| (i, d.path().to_path_buf()))
-            .collect();
+        let legs = leg_list(&dirs);
         ig.open_stores(&legs);
         let f = ig.file(5).unwrap().expect("covered");
         assert_eq!(f.verify(&ig, 0, &data, true).unwrap(), Verdict::Good);
@@ -915,11 +915,7 @@ mod tests {
         drop(ig);
         std::fs::remove_file(store::store_path(dirs[1].path())).unwrap();
         let ig = Integrity::new(true, 2);
-        let legs: Vec<(usize, PathBuf)> = dirs
-            .iter()
-            .enumerate()
-            .map(|(i, d)| (i, d.path().to_path_buf()))
-            .collect();
+        let legs = leg_list(&dirs);
         let (failed, notes) = ig.open_stores(&legs);
         assert!(failed.is_empty());
         assert_eq!(notes.len(), 1, "{notes:?}");

@@ -421,6 +421,17 @@ pub fn scrub_repairs_one(mnt: &Path, repair: &str) -> Value {
     doc
 }
 
+/// `mirrorfs scrub start MOUNT`, which must find no difference.
+#[track_caller]
+pub fn assert_scrub_clean(mnt: &Path) {
+    mirrorfs_ok(&[&"scrub", &"start", &mnt]);
+    let doc = wait_scrubbed(mnt);
+    assert_eq!(
+        doc["differences"], 0,
+        "a scrub that should find nothing: {doc}"
+    );
+}
+
 /// The mount is ONLINE with every leg, and no resync was needed.
 #[track_caller]
 pub fn assert_online_without_resync(mnt: &Path, legs: usize) {
