@@ -826,3 +826,52 @@ fn older_files_get_checksums_in_the_background() {
     assert!(stats(&mnt).integrity.unwrap().backfill.is_none());
     r.unmount();
 }
+
+/// A leg whose checksum store cannot be written (an injected fault at the commit) is dropped
+/// like a leg whose intent log cannot be written: the data stays served from the other leg, and
+/// the checksums with it. When it comes back (`leg add`), it gets the other leg's store with
+/// its data, and its copies verify.
+#[test]
+fn a_leg_whose_store_cannot_be_written_is_dropped_and_comes_back_whole() {
+    require_fuse!();
+    require_tool!("getfattr");
+    require_tool!("setfattr");
+    let m = TestMirror::new(2).option("fault_injection").mount();
+    let mnt = m.mnt().to_path_buf();
+    let fault = "user.mirrorfs.fault";
+    setfattr_ok(&mnt, fault, "leg=1 op=checksums errno=EIO");
+    let data = pattern(2 * SIZE + 3, 61);
+    fs::write(m.path("f"), &data).unwrap();
+    let dropped = wait_for(Duration::from_secs(30), || {
+        stats(&mnt).legs[1].state == mirrorfs::stats::LegState::Failed
+    });
+    let st = stats(&mnt);
+    assert!(dropped, "leg1 was not dropped: {st:?}");
+    assert!(st.legs[1].write_errors >= 1, "{st:?}");
+    assert_eq!(st.legs[0].state, mirrorfs::stats::LegState::InSync);
+    wait_committed(&mnt);
+    drop_caches();
+    assert_bytes_eq(&fs::read(m.path("f")).unwrap(), &data, "served by leg0");
+    setfattr_ok(&mnt, fault, "clear");
+
+    mirrorfs_ok(&[&"leg", &"add", &mnt, &"leg1"]);
+    let st = wait_resynced(&mnt);
+    assert_eq!(st.legs_online, 2, "{st:?}");
+    let store = |l: &Path| mirrorfs::integrity::store::store_path(l);
+    assert_eq!(
+        fs::read(store(m.leg(0))).unwrap().len(),
+        fs::read(store(m.leg(1))).unwrap().len(),
+        "leg1 got leg0's store"
+    );
+    setfattr_ok(
+        &mnt.join(".mirrorfs"),
+        "user.mirrorfs.read_policy",
+        "leg:leg1",
+    );
+    drop_caches();
+    assert_bytes_eq(&fs::read(m.path("f")).unwrap(), &data, "served by leg1");
+    let st = stats(&mnt);
+    assert!(st.legs.iter().all(|l| l.checksum_errors == 0), "{st:?}");
+    assert_scrub_clean(&mnt);
+    m.finish();
+}

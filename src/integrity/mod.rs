@@ -317,6 +317,14 @@ impl Integrity {
     /// Commits every uncommitted change to every store, durably, as one generation. Returns
     /// the legs whose store could not be written (the caller drops them).
     pub fn commit(&self) -> Vec<(usize, io::Error)> {
+        self.commit_checked(|_| Ok(()))
+    }
+
+    /// [`Integrity::commit`], asking `check(slot)` first for each store (injected faults).
+    pub fn commit_checked(
+        &self,
+        check: impl Fn(usize) -> io::Result<()>,
+    ) -> Vec<(usize, io::Error)> {
         let _c = self.commit_lock.lock();
         let files: Vec<Arc<FileSums>> = self.dirty.lock().drain().map(|(_, f)| f).collect();
         if files.is_empty() {
@@ -336,7 +344,7 @@ impl Integrity {
             .collect();
         let mut failed = Vec::new();
         for (slot, s) in &stores {
-            if let Err(e) = s.commit(&changes, generation) {
+            if let Err(e) = check(*slot).and_then(|()| s.commit(&changes, generation)) {
                 failed.push((*slot, e));
             }
         }

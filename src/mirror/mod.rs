@@ -366,7 +366,10 @@ impl Mirror {
             .into_iter()
             .filter(|&l| self.integrity.store(l).is_some())
             .count();
-        let failed = self.integrity.commit();
+        let failed = self.integrity.commit_checked(|leg| {
+            self.check_fault(leg, "checksums")
+                .map_err(|e| std::io::Error::from_raw_os_error(e.code()))
+        });
         let all = stores > 0 && failed.len() == stores;
         for (leg, e) in failed {
             log::error!("leg {leg}: {e}");
