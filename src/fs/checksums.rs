@@ -294,11 +294,9 @@ impl MirrorFs {
         };
         if let (Ok(b), Ok(g)) = (fingerprint(bad), fingerprint(from)) {
             if b != g && !self.changing(inode) {
-                self.mirror.integrity().record_diverged(
-                    integrity_id(inode),
-                    path.clone(),
-                    &leg.name,
-                );
+                self.mirror
+                    .integrity()
+                    .record_diverged(path.clone(), &leg.name);
                 log::warn!(
                     "leg {bad} ('{}'): '{path}' does not match its checksums at bytes \
                      {first}..{last}, and its size or mtime differs from leg {from}'s: changed \
@@ -508,13 +506,5 @@ impl MirrorFs {
             Some(Err(e)) => log::error!("checksums of a removed file: {e}"),
             _ => {}
         }
-    }
-}
-
-/// The checksum identity of a covered inode (0 if it has none).
-fn integrity_id(inode: &Arc<Inode>) -> u64 {
-    match &*inode.sums.lock() {
-        Sums::Covered(f) => f.id,
-        _ => 0,
     }
 }

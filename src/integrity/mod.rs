@@ -470,8 +470,8 @@ impl Integrity {
         self.diverged.lock().clear();
     }
 
-    /// Notes that `leg`'s copy of file `id` (at `path`) was changed behind the mirror's back.
-    pub fn record_diverged(&self, _id: u64, path: String, leg: &str) {
+    /// Notes that `leg`'s copy of the file at `path` was changed behind the mirror's back.
+    pub fn record_diverged(&self, path: String, leg: &str) {
         self.diverged
             .lock()
             .entry(path)

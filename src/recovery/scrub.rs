@@ -230,7 +230,7 @@ fn verify_checksums(mirror: &Mirror, job: &ScrubJob, rel: &Path) -> Result<Optio
                 // Rot moves neither size nor mtime (equal on every leg); an edit on the leg
                 // does. Reported, left to the comparison (and to a repair the user names).
                 diverged = true;
-                ig.record_diverged(id, format!("/{}", rel.display()), &l.name);
+                ig.record_diverged(format!("/{}", rel.display()), &l.name);
                 let line = format!(
                     "/{} on leg {leg} ('{}'): differs from its checksums at bytes {a}..{z} \
                      and in size or mtime from leg {}: changed behind the mirror's back \
