@@ -84,6 +84,29 @@ impl MirrorFs {
         };
     }
 
+    /// A fresh identity for a file about to be created, if checksums are on.
+    pub(super) fn new_checksum_id(&self) -> Option<u64> {
+        self.mirror.integrity().enabled().then(sys::random_u64)
+    }
+
+    /// Gives the copy `fd` (just created) the identity `id`, unless it is not empty or has one
+    /// already (the name existed on this leg after all). True if it has `id` now.
+    pub(super) fn give_new_id(fd: std::os::fd::BorrowedFd<'_>, id: u64) -> bool {
+        let empty = sys::fd::fstat(fd).is_ok_and(|st| st.st_size == 0);
+        empty
+            && integrity::id_of(fd).is_none()
+            && sys::xattr::set(fd, integrity::ID_XATTR, &integrity::id_bytes(id), 0).is_ok()
+    }
+
+    /// After a creation: `inode` is covered by `id` if every copy took it (`identified`).
+    pub(super) fn adopt_new_id(&self, inode: &Arc<Inode>, id: u64, identified: bool) {
+        let ig = self.mirror.integrity();
+        *inode.sums.lock() = match identified {
+            true => Sums::Covered(ig.new_file(id)),
+            false => Sums::Uncovered(ig.coverage_epoch()),
+        };
+    }
+
     /// Reads `len` bytes at `offset` (a block boundary) of `inode` from `leg`, through a fresh
     /// read-only descriptor.
     fn read_leg(

@@ -168,6 +168,9 @@ impl MirrorFs {
         self.mirror.check_space(&legs, 0)?;
         let admission = self.handles.admit(legs.len())?;
         self.will_change(&p);
+        // The new file's checksum identity goes on each copy before its attributes are read
+        // for the reply, so the ctime the kernel caches is already the final one.
+        let id = self.new_checksum_id();
         let made = self.mirror.fan_out(&legs, "create", |leg| {
             let dir = p.fd(leg)?;
             let dir = dir.as_fd();
@@ -176,18 +179,23 @@ impl MirrorFs {
                 open_maybe_direct(flags, |f| sys::fd::create_at(dir, &cname, f, mode))?
             };
             let path_fd = sys::fd::open_path_at(dir, &cname)?;
+            let identified = id.is_some_and(|id| Self::give_new_id(path_fd.as_fd(), id));
             let st = sys::fd::fstat(path_fd.as_fd())?;
-            Ok((path_fd, st, file, direct))
+            Ok((path_fd, st, file, direct, identified))
         })?;
         let mut found = Vec::new();
         let mut opened = Vec::new();
-        for (leg, (path_fd, st, file, direct)) in made {
+        let mut identified = true;
+        for (leg, (path_fd, st, file, direct, ok)) in made {
             found.push((leg, (path_fd, st)));
             opened.push((leg, (file, direct)));
+            identified &= ok;
         }
         let entry = self.claim_found(found);
         let inode = self.inodes.get(entry.attr.ino.0)?;
-        self.cover_empty(&inode, &self.legs_for(&inode));
+        if let Some(id) = id {
+            self.adopt_new_id(&inode, id, identified);
+        }
         // A leg that joins later opens the file again: never with O_TRUNC or O_EXCL.
         let later = flags & !(libc::O_TRUNC | libc::O_EXCL | libc::O_CREAT);
         let fh = self.insert_handle(inode, admission, opened, later);
