@@ -11,6 +11,9 @@ use std::ffi::{CString, OsStr};
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 
+/// Bytes a size query of a control key adds to the value's length (see [`MirrorFs::getxattr`]).
+const CONTROL_SLACK: usize = 4096;
+
 /// Prefix of mirrorfs's own attribute names.
 pub const CONTROL_PREFIX: &[u8] = b"user.mirrorfs.";
 
@@ -80,8 +83,15 @@ impl MirrorFs {
         let cname = xattr_name(name)?;
         if let Some(key) = control_key(name) {
             let v = self.control_get(ino, key, caller)?;
+            // A value that changes between the caller's size query and its read (the
+            // statistics: counters, memory, uptime) may grow by a few bytes meanwhile, and the
+            // read would fail with ERANGE. The size query answers with room to spare; the read
+            // returns the value's true length.
             let len = v.len();
-            return sized(v, len, size);
+            return match size {
+                0 => Ok(XattrReply::Size((len + CONTROL_SLACK) as u32)),
+                _ => sized(v, len, size),
+            };
         }
         if ino == CONTROL_INO {
             return Err(Errno::ENODATA);

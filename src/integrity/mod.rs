@@ -746,10 +746,10 @@ impl FileSums {
     }
 }
 
-/// Opens a leg's store and reads its generation, waiting up to 5 s while it is busy (the
+/// Opens a leg's store and reads its generation, waiting up to 30 s while it is busy (the
 /// previous daemon of this mirror may still be letting go of it after an unmount).
 fn open_waiting(root: &Path) -> io::Result<(Store, u64)> {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
         match Store::open(root).and_then(|s| s.generation().map(|g| (s, g))) {
             Err(e)
