@@ -52,7 +52,8 @@ pub struct FileChange {
 
 /// One leg's store.
 pub struct Store {
-    db: Database,
+    /// None only while it is reopened (see [`Store::commit`]).
+    db: parking_lot::RwLock<Option<Database>>,
     path: PathBuf,
 }
 
@@ -74,6 +75,25 @@ fn decode(bytes: &[u8]) -> Vec<Sum> {
     v
 }
 
+/// Opens (or creates) the database at `path`, with the error kinds [`Store::open`] gives.
+fn open_db(path: &Path) -> io::Result<Database> {
+    Database::create(path).map_err(|e| {
+        use redb::{DatabaseError as D, StorageError as S};
+        let kind = match &e {
+            // Another mirrorfs (or one still unmounting) holds it.
+            D::DatabaseAlreadyOpen | D::LockProtocolMismatch => io::ErrorKind::ResourceBusy,
+            D::UpgradeRequired(_) => io::ErrorKind::Unsupported,
+            D::Storage(S::Io(e)) if e.kind() != io::ErrorKind::UnexpectedEof => e.kind(),
+            // Not a store, or a damaged one: only this may be rebuilt from another leg.
+            _ => io::ErrorKind::InvalidData,
+        };
+        io::Error::new(
+            kind,
+            format!("checksum store '{}': open: {e}", path.display()),
+        )
+    })
+}
+
 impl Store {
     /// Opens the store of the leg at `leg_root`, creating an empty one if there is none.
     /// A store of another format or block size is an error (never rewritten).
@@ -90,29 +110,18 @@ impl Store {
                 .open(&path)
                 .map_err(|e| err("create", &path, e))?;
         }
-        let db = Database::create(&path).map_err(|e| {
-            use redb::{DatabaseError as D, StorageError as S};
-            let kind = match &e {
-                // Another mirrorfs (or one still unmounting) holds it.
-                D::DatabaseAlreadyOpen | D::LockProtocolMismatch => io::ErrorKind::ResourceBusy,
-                D::UpgradeRequired(_) => io::ErrorKind::Unsupported,
-                D::Storage(S::Io(e)) if e.kind() != io::ErrorKind::UnexpectedEof => e.kind(),
-                // Not a store, or a damaged one: only this may be rebuilt from another leg.
-                _ => io::ErrorKind::InvalidData,
-            };
-            io::Error::new(
-                kind,
-                format!("checksum store '{}': open: {e}", path.display()),
-            )
-        })?;
-        let s = Store { db, path };
+        let db = open_db(&path)?;
+        let s = Store {
+            db: parking_lot::RwLock::new(Some(db)),
+            path,
+        };
         s.init()?;
         Ok(s)
     }
 
     fn init(&self) -> io::Result<()> {
         let p = &self.path;
-        let tx = self.db.begin_write().map_err(|e| err("begin", p, e))?;
+        let tx = self.write_tx().map_err(|e| err("begin", p, e))?;
         {
             let mut meta = tx.open_table(META).map_err(|e| err("meta", p, e))?;
             let want = [
@@ -149,10 +158,44 @@ impl Store {
         &self.path
     }
 
+    fn read_tx(&self) -> Result<redb::ReadTransaction, String> {
+        let g = self.db.read();
+        let db = g.as_ref().ok_or("closed")?;
+        db.begin_read().map_err(|e| e.to_string())
+    }
+
+    fn write_tx(&self) -> Result<redb::WriteTransaction, String> {
+        let g = self.db.read();
+        let db = g.as_ref().ok_or("closed")?;
+        db.begin_write().map_err(|e| e.to_string())
+    }
+
+    /// Closes and opens the database again: after an I/O error (a full filesystem, say)
+    /// redb refuses every later transaction until then.
+    fn reopen(&self) -> io::Result<()> {
+        let mut g = self.db.write();
+        drop(g.take());
+        // A read transaction of another thread may hold the old file a moment longer.
+        let mut tries = 0;
+        loop {
+            match open_db(&self.path) {
+                Ok(db) => {
+                    *g = Some(db);
+                    return Ok(());
+                }
+                Err(e) if e.kind() == io::ErrorKind::ResourceBusy && tries < 20 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     /// The generation of the last commit (0 for a new store).
     pub fn generation(&self) -> io::Result<u64> {
         let p = &self.path;
-        let tx = self.db.begin_read().map_err(|e| err("read", p, e))?;
+        let tx = self.read_tx().map_err(|e| err("read", p, e))?;
         let meta = tx.open_table(META).map_err(|e| err("meta", p, e))?;
         let g = meta.get("generation").map_err(|e| err("meta", p, e))?;
         Ok(g.map_or(0, |g| g.value()))
@@ -161,7 +204,7 @@ impl Store {
     /// A `meta` value (None if unset).
     pub fn meta(&self, key: &str) -> io::Result<Option<u64>> {
         let p = &self.path;
-        let tx = self.db.begin_read().map_err(|e| err("read", p, e))?;
+        let tx = self.read_tx().map_err(|e| err("read", p, e))?;
         let meta = tx.open_table(META).map_err(|e| err("meta", p, e))?;
         let v = meta.get(key).map_err(|e| err("meta", p, e))?;
         Ok(v.map(|g| g.value()))
@@ -170,7 +213,7 @@ impl Store {
     /// Sets a `meta` value, durably.
     pub fn set_meta(&self, key: &str, value: u64) -> io::Result<()> {
         let p = &self.path;
-        let tx = self.db.begin_write().map_err(|e| err("begin", p, e))?;
+        let tx = self.write_tx().map_err(|e| err("begin", p, e))?;
         {
             let mut meta = tx.open_table(META).map_err(|e| err("meta", p, e))?;
             meta.insert(key, value).map_err(|e| err("meta", p, e))?;
@@ -186,7 +229,7 @@ impl Store {
     /// The size of file `id` at the last commit, if it is covered.
     pub fn file_size(&self, id: u64) -> io::Result<Option<u64>> {
         let p = &self.path;
-        let tx = self.db.begin_read().map_err(|e| err("read", p, e))?;
+        let tx = self.read_tx().map_err(|e| err("read", p, e))?;
         let files = tx.open_table(FILES).map_err(|e| err("files", p, e))?;
         let r = files.get(id).map_err(|e| err("files", p, e))?;
         Ok(r.map(|v| v.value().1))
@@ -195,7 +238,7 @@ impl Store {
     /// The checksums of record `chunk` of file `id` ([`CHUNK_BLOCKS`] of them).
     pub fn chunk(&self, id: u64, chunk: u64) -> io::Result<Vec<Sum>> {
         let p = &self.path;
-        let tx = self.db.begin_read().map_err(|e| err("read", p, e))?;
+        let tx = self.read_tx().map_err(|e| err("read", p, e))?;
         let sums = tx.open_table(SUMS).map_err(|e| err("sums", p, e))?;
         let r = sums.get((id, chunk)).map_err(|e| err("sums", p, e))?;
         Ok(match r {
@@ -207,7 +250,7 @@ impl Store {
     /// Every record of file `id`, in order (record number and its checksums).
     pub fn chunks_of(&self, id: u64) -> io::Result<Vec<(u64, Vec<Sum>)>> {
         let p = &self.path;
-        let tx = self.db.begin_read().map_err(|e| err("read", p, e))?;
+        let tx = self.read_tx().map_err(|e| err("read", p, e))?;
         let sums = tx.open_table(SUMS).map_err(|e| err("sums", p, e))?;
         let mut out = Vec::new();
         for r in sums
@@ -223,7 +266,7 @@ impl Store {
     /// How many files are covered, and how many records the store holds.
     pub fn counts(&self) -> io::Result<(u64, u64)> {
         let p = &self.path;
-        let tx = self.db.begin_read().map_err(|e| err("read", p, e))?;
+        let tx = self.read_tx().map_err(|e| err("read", p, e))?;
         let files = tx.open_table(FILES).map_err(|e| err("files", p, e))?;
         let sums = tx.open_table(SUMS).map_err(|e| err("sums", p, e))?;
         Ok((
@@ -235,7 +278,7 @@ impl Store {
     /// Every covered file id (for the scrub's check of orphan records).
     pub fn file_ids(&self) -> io::Result<Vec<u64>> {
         let p = &self.path;
-        let tx = self.db.begin_read().map_err(|e| err("read", p, e))?;
+        let tx = self.read_tx().map_err(|e| err("read", p, e))?;
         let files = tx.open_table(FILES).map_err(|e| err("files", p, e))?;
         let mut out = Vec::new();
         for r in files.iter().map_err(|e| err("files", p, e))? {
@@ -245,10 +288,25 @@ impl Store {
         Ok(out)
     }
 
-    /// Applies `changes` in one durable transaction and records `generation`.
+    /// Applies `changes` in one durable transaction and records `generation`. After a failure
+    /// (redb then refuses everything until the database is reopened) the store is reopened
+    /// and the commit tried once more: a filesystem that was full for a moment does not cost
+    /// the leg its place in the mirror.
     pub fn commit(&self, changes: &[FileChange], generation: u64) -> io::Result<()> {
+        match self.commit_once(changes, generation) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                log::warn!("{e}; opening it again to retry");
+                self.reopen()
+                    .and_then(|()| self.commit_once(changes, generation))
+                    .map_err(|again| io::Error::new(again.kind(), format!("{e}; again: {again}")))
+            }
+        }
+    }
+
+    fn commit_once(&self, changes: &[FileChange], generation: u64) -> io::Result<()> {
         let p = &self.path;
-        let tx = self.db.begin_write().map_err(|e| err("begin", p, e))?;
+        let tx = self.write_tx().map_err(|e| err("begin", p, e))?;
         {
             let mut files = tx.open_table(FILES).map_err(|e| err("files", p, e))?;
             let mut sums = tx.open_table(SUMS).map_err(|e| err("sums", p, e))?;
@@ -410,6 +468,24 @@ mod tests {
         let t = Store::open(b.path()).unwrap();
         assert_eq!(t.generation().unwrap(), 4);
         assert_eq!(t.chunk(1, 0).unwrap(), vec![5; CHUNK_BLOCKS as usize]);
+    }
+
+    #[test]
+    fn a_reopened_store_keeps_its_records_and_takes_commits() {
+        let d = leg();
+        let s = Store::open(d.path()).unwrap();
+        let one = |id| FileChange {
+            id,
+            chunks: vec![(0, vec![id as Sum; CHUNK_BLOCKS as usize])],
+            size: 4096,
+            ..Default::default()
+        };
+        s.commit(&[one(1)], 1).unwrap();
+        s.reopen().unwrap();
+        s.commit(&[one(2)], 2).unwrap();
+        assert_eq!(s.counts().unwrap(), (2, 2));
+        assert_eq!(s.generation().unwrap(), 2);
+        assert_eq!(s.chunk(1, 0).unwrap(), vec![1; CHUNK_BLOCKS as usize]);
     }
 
     #[test]
