@@ -130,6 +130,16 @@ fn control_writes_need_root(options: &[&str]) {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("only root"), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
+    // `mirrorfs status --clear` (stats_reset: counters, damaged and diverged lists) likewise.
+    let out = sh_as(
+        NOBODY,
+        NOGROUP,
+        0o022,
+        &format!("{} status --clear {}", shq(mirrorfs_bin()), shq(m.mnt())),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("only root"), "{err}");
 
     assert_eq!(mirror_state(m.mnt()), before, "the mirror changed");
     assert!(

@@ -875,3 +875,38 @@ fn a_leg_whose_store_cannot_be_written_is_dropped_and_comes_back_whole() {
     assert_scrub_clean(&mnt);
     m.finish();
 }
+
+/// A copy found bad by a read whose rewrite fails (an injected fault on the repair) costs the
+/// leg its place: it is dropped, the read still gets the good bytes, and the other leg serves.
+#[test]
+fn a_repair_that_cannot_be_written_drops_the_leg() {
+    require_fuse!();
+    require_tool!("getfattr");
+    require_tool!("setfattr");
+    let m = TestMirror::new(2)
+        .options(&["fault_injection", "read_policy=leg:leg1"])
+        .mount();
+    let mnt = m.mnt().to_path_buf();
+    let data = pattern(SIZE, 71);
+    fs::write(m.path("f"), &data).unwrap();
+    wait_committed(&mnt);
+    corrupt_keeping_times(&m.leg(1).join("f"), 70_000, 1);
+    setfattr_ok(&mnt, "user.mirrorfs.fault", "leg=1 op=repair errno=EIO");
+    drop_caches();
+    assert_bytes_eq(&fs::read(m.path("f")).unwrap(), &data, "answered by leg0");
+    let st = stats(&mnt);
+    assert_eq!(
+        st.legs[1].state,
+        mirrorfs::stats::LegState::Failed,
+        "{st:?}"
+    );
+    assert_eq!(
+        st.legs[0].state,
+        mirrorfs::stats::LegState::InSync,
+        "{st:?}"
+    );
+    assert!(st.legs[1].write_errors >= 1, "{st:?}");
+    assert!(st.integrity.unwrap().damaged.is_empty());
+    drop_caches();
+    assert_bytes_eq(&fs::read(m.path("f")).unwrap(), &data, "served by leg0 now");
+}
