@@ -359,17 +359,17 @@ fn rot_on_every_copy_is_an_error_not_a_guess() {
 fn a_scrub_repairs_rot_that_reads_never_see() {
     require_fuse!();
     require_tool!("getfattr");
-    let m = TestMirror::new(2).option("read_policy=leg:leg0").mount();
-    let mnt = m.mnt().to_path_buf();
+    require_tool!("filefrag");
+    let (legs, _tmp, mnt, fg) = ext4_mirror("read_policy=leg:leg0");
+    let leg_dirs = [legs[0].mnt.clone(), legs[1].mnt.clone()];
     let data = pattern(3 * SIZE + 5, 14);
-    fs::write(m.path("f"), &data).unwrap();
-    fs::write(m.path("g"), pattern(10_000, 15)).unwrap();
+    fs::write(mnt.join("f"), &data).unwrap();
+    fs::write(mnt.join("g"), pattern(10_000, 15)).unwrap();
     wait_committed(&mnt);
-    let copy = m.leg(1).join("f");
+    let copy = legs[1].mnt.join("f");
     let before = fs::metadata(&copy).unwrap();
-    corrupt_keeping_times(&copy, 2 * SIZE as u64 + 10, 1);
-    drop_caches();
-    assert_bytes_eq(&fs::read(m.path("f")).unwrap(), &data, "read from leg0");
+    rot(&legs[1], &copy, 2 * SIZE as u64 + 10);
+    assert_bytes_eq(&fs::read(mnt.join("f")).unwrap(), &data, "read from leg0");
     assert_eq!(
         stats(&mnt).legs[1].checksum_errors,
         0,
@@ -382,7 +382,7 @@ fn a_scrub_repairs_rot_that_reads_never_see() {
     let at = 2 * SIZE as u64;
     let line = format!(
         "/f on leg 1 ('{}'): checksum error at bytes {at}..{}: repaired from leg 0",
-        m.leg(1).display(),
+        legs[1].mnt.display(),
         at + 4096
     );
     assert_eq!(listed, vec![line], "{doc}");
@@ -405,10 +405,10 @@ fn a_scrub_repairs_rot_that_reads_never_see() {
         (after.mtime(), after.mtime_nsec()),
         "the repair kept the copy's mtime"
     );
-    assert_content_on_legs(m.legs(), "f", &data);
-    assert_legs_identical(m.legs());
+    assert_content_on_legs(&leg_dirs, "f", &data);
+    assert_legs_identical(&leg_dirs);
     assert_scrub_clean(&mnt);
-    m.finish();
+    fg.unmount();
 }
 
 /// A deleted store is rebuilt from the other leg's at the next mount, with the same records.
@@ -768,18 +768,23 @@ fn a_copy_edited_on_its_leg_is_diverged_not_rot() {
 fn older_files_get_checksums_in_the_background() {
     require_fuse!();
     require_tool!("getfattr");
-    let mut m = TestMirror::new(2).option("checksum=off").mount();
-    let legs = m.legs().to_vec();
-    let mnt = m.mnt().to_path_buf();
-    fs::create_dir(m.path("d")).unwrap();
+    require_tool!("filefrag");
+    let ext4 = [Ext4Leg::new(64 << 20), Ext4Leg::new(64 << 20)];
+    let legs = vec![ext4[0].mnt.clone(), ext4[1].mnt.clone()];
+    let tmp = tempfile::tempdir().unwrap();
+    let mnt = tmp.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let mut m = mount_ok(&legs, &mnt, &["checksum=off"]);
+    fs::create_dir(mnt.join("d")).unwrap();
     let files: Vec<(String, Vec<u8>)> = (0..20)
         .map(|i| (format!("d/f{i}"), pattern(1000 + 37_000 * i, 50 + i as u64)))
         .collect();
     for (name, data) in &files {
-        fs::write(m.path(name), data).unwrap();
+        fs::write(mnt.join(name), data).unwrap();
     }
-    fs::write(m.path("odd"), b"same size, other bytes: one").unwrap();
+    fs::write(mnt.join("odd"), b"same size, other bytes: one").unwrap();
     m.unmount();
+    // Copies that differ before there are checksums: nothing says which is right.
     corrupt_keeping_times(&legs[1].join("odd"), 5, 1);
 
     let mut r = mount_ok(&legs, &mnt, &["read_policy=leg:leg1"]);
@@ -814,8 +819,7 @@ fn older_files_get_checksums_in_the_background() {
     );
     // Rot on leg1 (which serves reads) of a file covered by the walk: found and repaired.
     let (name, data) = &files[7];
-    corrupt_keeping_times(&legs[1].join(name), 1234, 1);
-    drop_caches();
+    rot(&ext4[1], &legs[1].join(name), 1234);
     assert_bytes_eq(&fs::read(mnt.join(name)).unwrap(), data, name);
     assert_eq!(stats(&mnt).legs[1].checksum_errors, 1);
     assert_content_on_legs(&legs, name, data);
@@ -857,12 +861,6 @@ fn a_leg_whose_store_cannot_be_written_is_dropped_and_comes_back_whole() {
     mirrorfs_ok(&[&"leg", &"add", &mnt, &"leg1"]);
     let st = wait_resynced(&mnt);
     assert_eq!(st.legs_online, 2, "{st:?}");
-    let store = |l: &Path| mirrorfs::integrity::store::store_path(l);
-    assert_eq!(
-        fs::read(store(m.leg(0))).unwrap().len(),
-        fs::read(store(m.leg(1))).unwrap().len(),
-        "leg1 got leg0's store"
-    );
     setfattr_ok(
         &mnt.join(".mirrorfs"),
         "user.mirrorfs.read_policy",
@@ -873,7 +871,22 @@ fn a_leg_whose_store_cannot_be_written_is_dropped_and_comes_back_whole() {
     let st = stats(&mnt);
     assert!(st.legs.iter().all(|l| l.checksum_errors == 0), "{st:?}");
     assert_scrub_clean(&mnt);
-    m.finish();
+    let mut m = m;
+    m.check_and_unmount();
+    let leg_dirs = m.legs().to_vec();
+    // leg1 got leg0's store: the same records and generation (its own stamps aside).
+    use mirrorfs::integrity::store::Store;
+    let (s0, s1) = (
+        Store::open(&leg_dirs[0]).unwrap(),
+        Store::open(&leg_dirs[1]).unwrap(),
+    );
+    assert_eq!(s0.generation().unwrap(), s1.generation().unwrap());
+    assert_eq!(s0.counts().unwrap(), s1.counts().unwrap());
+    let ids = s0.file_ids().unwrap();
+    assert_eq!(ids, s1.file_ids().unwrap());
+    for id in ids {
+        assert_eq!(s0.chunks_of(id).unwrap(), s1.chunks_of(id).unwrap());
+    }
 }
 
 /// A copy found bad by a read whose rewrite fails (an injected fault on the repair) costs the
@@ -883,17 +896,14 @@ fn a_repair_that_cannot_be_written_drops_the_leg() {
     require_fuse!();
     require_tool!("getfattr");
     require_tool!("setfattr");
-    let m = TestMirror::new(2)
-        .options(&["fault_injection", "read_policy=leg:leg1"])
-        .mount();
-    let mnt = m.mnt().to_path_buf();
+    require_tool!("filefrag");
+    let (legs, _tmp, mnt, fg) = ext4_mirror("fault_injection,read_policy=leg:leg1");
     let data = pattern(SIZE, 71);
-    fs::write(m.path("f"), &data).unwrap();
+    fs::write(mnt.join("f"), &data).unwrap();
     wait_committed(&mnt);
-    corrupt_keeping_times(&m.leg(1).join("f"), 70_000, 1);
+    rot(&legs[1], &legs[1].mnt.join("f"), 70_000);
     setfattr_ok(&mnt, "user.mirrorfs.fault", "leg=1 op=repair errno=EIO");
-    drop_caches();
-    assert_bytes_eq(&fs::read(m.path("f")).unwrap(), &data, "answered by leg0");
+    assert_bytes_eq(&fs::read(mnt.join("f")).unwrap(), &data, "answered by leg0");
     let st = stats(&mnt);
     assert_eq!(
         st.legs[1].state,
@@ -908,5 +918,147 @@ fn a_repair_that_cannot_be_written_drops_the_leg() {
     assert!(st.legs[1].write_errors >= 1, "{st:?}");
     assert!(st.integrity.unwrap().damaged.is_empty());
     drop_caches();
-    assert_bytes_eq(&fs::read(m.path("f")).unwrap(), &data, "served by leg0 now");
+    assert_bytes_eq(
+        &fs::read(mnt.join("f")).unwrap(),
+        &data,
+        "served by leg0 now",
+    );
+    fg.unmount();
+}
+
+/// Rot and a change on the leg are told apart by the copy's ctime against its stamp (the
+/// ctime the mirror last left it with), not by size or mtime. The mirror's own metadata changes
+/// (chmod, rename, a new hard link) move the copies' ctimes too: after them, and after a
+/// remount, rot is still rot, and repaired. An edit on a leg that keeps the copy's size and
+/// mtime (`touch -r`) still moves its ctime: diverged, reported, never reverted.
+#[test]
+fn ctime_tells_an_edit_that_keeps_size_and_mtime_from_rot() {
+    require_fuse!();
+    require_tool!("filefrag");
+    require_tool!("getfattr");
+    require_tool!("touch");
+    let (legs, tmp, mnt, fg) = ext4_mirror("read_policy=leg:leg0");
+    let data = pattern(SIZE, 51);
+    fs::write(mnt.join("f"), &data).unwrap();
+    File::open(mnt.join("f")).unwrap().sync_all().unwrap();
+    sh_ok(&format!("chmod 600 {}", shq(mnt.join("f"))));
+    fs::rename(mnt.join("f"), mnt.join("g")).unwrap();
+    fs::hard_link(mnt.join("g"), mnt.join("h")).unwrap();
+    // The chmod settles at the sweep after the intent entry is idle (2 s).
+    std::thread::sleep(Duration::from_secs(4));
+    wait_committed(&mnt);
+    let log1 = fg.unmount();
+    // Each leg's store has the stamp of its own copy (so the classification below is by
+    // ctime, not by the size-and-mtime fallback).
+    for l in &legs {
+        let s = mirrorfs::integrity::store::Store::open(&l.mnt).unwrap();
+        assert_eq!(s.stamp_count().unwrap(), 1, "{}", l.mnt.display());
+        let md = fs::metadata(l.mnt.join("g")).unwrap();
+        let id =
+            mirrorfs::integrity::id_from(&get_xattr(l.mnt.join("g"), "user.mirrorfs.id").unwrap());
+        let stamp = s.stamp(id.unwrap()).unwrap().unwrap();
+        assert_eq!(
+            stamp.0,
+            md.ctime(),
+            "the stamp is this copy's ctime after the link"
+        );
+    }
+    let leg_paths: Vec<&Path> = legs.iter().map(|l| l.mnt.as_path()).collect();
+    let fg = Foreground::mount(
+        &leg_paths,
+        &mnt,
+        "read_policy=leg:leg0",
+        &tmp.path().join("log2"),
+    );
+
+    // Rot on leg0, which serves reads: repaired, not called an edit.
+    let copy0 = legs[0].mnt.join("g");
+    rot(&legs[0], &copy0, ROT_AT);
+    assert_bytes_eq(&fs::read(mnt.join("g")).unwrap(), &data, "after rot");
+    let st = stats(&mnt);
+    assert_eq!(
+        (st.legs[0].checksum_errors, st.legs[0].read_repairs),
+        (1, 1),
+        "rot after chmod, rename, link and a remount is rot: {st:?}\n{log1}"
+    );
+    assert!(st.integrity.as_ref().unwrap().diverged.is_empty(), "{st:?}");
+    drop_caches();
+    assert_bytes_eq(&fs::read(&copy0).unwrap(), &data, "leg0 repaired");
+
+    // An edit on leg1 that keeps its size, and its mtime through `touch -r`.
+    let copy1 = legs[1].mnt.join("g");
+    std::thread::sleep(Duration::from_millis(20));
+    {
+        use std::os::unix::fs::FileExt;
+        let f = fs::OpenOptions::new().write(true).open(&copy1).unwrap();
+        f.write_all_at(&[0xee; 4096], 8192).unwrap();
+        f.sync_all().unwrap();
+    }
+    sh_ok(&format!("touch -r {} {}", shq(&copy0), shq(&copy1)));
+    let (m0, m1) = (fs::metadata(&copy0).unwrap(), fs::metadata(&copy1).unwrap());
+    assert_eq!(
+        (m0.len(), m0.mtime(), m0.mtime_nsec()),
+        (m1.len(), m1.mtime(), m1.mtime_nsec()),
+        "the edit keeps size and mtime"
+    );
+    let mut edited = data.clone();
+    edited[8192..12288].fill(0xee);
+    setfattr_ok(
+        &mnt.join(".mirrorfs"),
+        "user.mirrorfs.read_policy",
+        "leg:leg1",
+    );
+    drop_caches();
+    assert_bytes_eq(
+        &fs::read(mnt.join("h")).unwrap(),
+        &data,
+        "answered from the copy that verifies",
+    );
+    let st = stats(&mnt);
+    let ig = st.integrity.as_ref().unwrap();
+    assert_eq!(ig.diverged.len(), 1, "{ig:?}");
+    assert_eq!(ig.diverged[0].legs, vec!["leg1".to_string()], "{ig:?}");
+    assert_eq!(
+        st.legs[1].checksum_errors, 0,
+        "an edit is no checksum error: {st:?}"
+    );
+    drop_caches();
+    assert_bytes_eq(&fs::read(&copy1).unwrap(), &edited, "the edit, kept");
+    let log2 = fg.unmount();
+    assert!(
+        log2.contains("its ctime moved") && log2.contains("(diverged); not repaired"),
+        "{log2}"
+    );
+}
+
+/// A regular file made by `mknod` (not `create`) is covered from its birth, like a created one:
+/// the same identity on both copies, and its data verified on reads.
+#[test]
+fn a_file_made_by_mknod_has_checksums_from_the_start() {
+    require_fuse!();
+    require_tool!("getfattr");
+    let m = TestMirror::new(2).mount();
+    let mnt = m.mnt().to_path_buf();
+    let p = std::ffi::CString::new(m.path("node").as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid path; mknod of a regular file.
+    let r = unsafe { libc::mknod(p.as_ptr(), libc::S_IFREG | 0o644, 0) };
+    assert_eq!(r, 0, "mknod: {}", std::io::Error::last_os_error());
+    let ids: Vec<Vec<u8>> = m
+        .leg_paths("node")
+        .iter()
+        .map(|c| get_xattr(c, "user.mirrorfs.id").expect("an identity on each copy"))
+        .collect();
+    assert_eq!(ids[0].len(), 8);
+    assert_eq!(ids[0], ids[1]);
+    let data = pattern(100_000, 81);
+    fs::write(m.path("node"), &data).unwrap();
+    wait_committed(&mnt);
+    let ig = stats(&mnt).integrity.unwrap();
+    assert_eq!((ig.files_covered, ig.bytes_covered), (1, 100_000), "{ig:?}");
+    drop_caches();
+    let before = stats(&mnt).integrity.unwrap().verified_blocks;
+    assert_bytes_eq(&fs::read(m.path("node")).unwrap(), &data, "read back");
+    let after = stats(&mnt).integrity.unwrap().verified_blocks;
+    assert!(after >= before + 25, "verified {before} -> {after}");
+    m.finish();
 }

@@ -309,21 +309,28 @@ impl MirrorFs {
             (Some(&a), Some(&z)) => (a * BLOCK, (z + 1) * BLOCK),
             _ => (offset, offset + good.len() as u64),
         };
-        // Rot moves neither size nor mtime, which mirrorfs keeps equal on every leg; an edit
-        // made on the leg itself moves them: that copy diverged, and is reported, not reverted.
-        let fingerprint = |l: LegIdx| {
-            let st = sys::fd::fstat(inode.fd(l)?.as_fd())?;
-            Ok::<_, Errno>((st.st_size, st.st_mtime, st.st_mtime_nsec))
-        };
-        if let (Ok(b), Ok(g)) = (fingerprint(bad), fingerprint(from)) {
-            if b != g && !self.changing(inode) {
-                self.mirror
-                    .integrity()
-                    .record_diverged(path.clone(), &leg.name);
+        // Rot or a change made on the leg itself? The one rule: integrity::classify. A file
+        // open for writing through the mount is being changed by it: rot. One whose changes
+        // have not settled yet (still in the intent log) has no valid stamp yet.
+        let ig = self.mirror.integrity();
+        let id = self.sums(inode).map(|f| f.id);
+        let stat = |l: LegIdx| sys::fd::fstat(inode.fd(l)?.as_fd());
+        if let (Ok(b), Ok(g), false) = (stat(bad), stat(from), self.changing(inode)) {
+            let differs = (b.st_size, b.st_mtime, b.st_mtime_nsec)
+                != (g.st_size, g.st_mtime, g.st_mtime_nsec);
+            let stamp = match (id, self.mirror.changes().is_dirty(inode.ino)) {
+                (Some(id), false) => ig.stamp(bad, id),
+                _ => None,
+            };
+            if integrity::classify(stamp, integrity::ctime_of(&b), differs)
+                == integrity::Cause::Diverged
+            {
+                ig.record_diverged(path.clone(), &leg.name);
                 log::warn!(
                     "leg {bad} ('{}'): '{path}' does not match its checksums at bytes \
-                     {first}..{last}, and its size or mtime differs from leg {from}'s: changed \
-                     behind the mirror's back (diverged); not repaired (docs/integrity.md)",
+                     {first}..{last}, and the copy was changed on its leg since the mirror \
+                     last wrote it (its ctime moved): changed behind the mirror's back \
+                     (diverged); not repaired (docs/integrity.md)",
                     leg.path().display(),
                 );
                 return;
@@ -348,6 +355,10 @@ impl MirrorFs {
         match r {
             Ok(()) => {
                 leg.counters.read_repairs.fetch_add(1, Ordering::Relaxed);
+                // The repair moved the copy's ctime: its stamp follows.
+                if let (Some(id), Ok(st)) = (id, stat(bad)) {
+                    ig.set_stamp(bad, id, Some(integrity::ctime_of(&st)));
+                }
                 log::warn!(
                     "leg {bad} ('{}'): checksum error in '{path}' at bytes {first}..{last}: \
                      repaired from leg {from}",
@@ -519,6 +530,48 @@ impl MirrorFs {
         }
         let (v, _) = sys::xattr::get(fd.as_fd(), integrity::ID_XATTR, 8).ok()?;
         integrity::id_from(&v)
+    }
+
+    /// The copies on `legs` of the covered regular file at `dir`/`name`, with its identity:
+    /// descriptors opened before a change that moves their ctime without changing data
+    /// (rename, or removing one of several names), which still name the file after it, for
+    /// [`stamp_copies`](Self::stamp_copies). None for anything else, and with `shared_only`
+    /// for a file with one name (removing it removes the file).
+    pub(super) fn entry_copies(
+        &self,
+        dir: &Arc<Inode>,
+        name: &std::ffi::CStr,
+        legs: &[LegIdx],
+        shared_only: bool,
+    ) -> Option<(u64, Vec<(LegIdx, std::os::fd::OwnedFd)>)> {
+        if !self.mirror.integrity().enabled() {
+            return None;
+        }
+        let leg = self.mirror.metadata_leg();
+        let fd = sys::fd::open_path_at(dir.fd(leg).ok()?.as_fd(), name).ok()?;
+        let st = sys::fd::fstat(fd.as_fd()).ok()?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG || (shared_only && st.st_nlink < 2) {
+            return None;
+        }
+        let id = integrity::id_of(fd.as_fd())?;
+        let fds = legs
+            .iter()
+            .filter_map(|&l| {
+                let fd = sys::fd::open_path_at(dir.fd(l).ok()?.as_fd(), name).ok()?;
+                Some((l, fd))
+            })
+            .collect();
+        Some((id, fds))
+    }
+
+    /// After such a change: each copy's ctime is its stamp (see [`integrity::classify`]).
+    pub(super) fn stamp_copies(&self, copies: Option<(u64, Vec<(LegIdx, std::os::fd::OwnedFd)>)>) {
+        let Some((id, fds)) = copies else { return };
+        let ig = self.mirror.integrity();
+        for (leg, fd) in fds {
+            let st = sys::fd::fstat(fd.as_fd()).ok();
+            ig.set_stamp(leg, id, st.map(|st| integrity::ctime_of(&st)));
+        }
     }
 
     /// The file `id` is gone: its checksums go at the next commit.

@@ -348,6 +348,9 @@ impl MirrorFs {
             .and_then(|fd| sys::fd::pwrite_full(fd.as_fd(), &good, f.offset))
             // A repair is no change of the file: the copy keeps the good copy's mtime.
             .and_then(|_| self.align_mtime(&[good_leg, bad], "repair", |l| inode.fd(l)));
+        if r.is_ok() {
+            self.recovery.stamp(&[inode.ino]);
+        }
         let leg = self.mirror.leg(bad);
         match r {
             Ok(_) => {
@@ -431,7 +434,10 @@ impl MirrorFs {
         if !h.wrote.swap(false, Ordering::AcqRel) {
             return Ok(());
         }
-        self.align_mtime(&self.writable_legs(h), "set mtime", |leg| h.fd(leg))
+        self.align_mtime(&self.writable_legs(h), "set mtime", |leg| h.fd(leg))?;
+        // That moved the copies' ctimes, maybe after the sweep stamped the file as settled.
+        self.recovery.stamp(&[h.inode.ino]);
+        Ok(())
     }
 
     pub fn flush(&self, fh: u64) -> Result<()> {

@@ -20,6 +20,38 @@ pub(super) struct Live {
 }
 
 impl LiveObjects for Live {
+    /// For each live regular file among `inos` that has checksums: each in-sync copy's ctime
+    /// now. A copy that cannot be looked at loses its stamp (not known, rather than wrong).
+    fn stamp(&self, inos: &[u64]) {
+        let ig = self.mirror.integrity();
+        for &ino in inos {
+            let Ok(inode) = self.inodes.get(ino) else {
+                continue;
+            };
+            if !inode.is_regular() {
+                continue;
+            }
+            let id = match &*inode.sums.lock() {
+                super::inode::Sums::Covered(f) => f.id,
+                _ => match inode
+                    .fd(self.mirror.metadata_leg())
+                    .ok()
+                    .and_then(|fd| crate::integrity::id_of(fd.as_fd()))
+                {
+                    Some(id) => id,
+                    None => continue,
+                },
+            };
+            for leg in self.mirror.in_sync_legs() {
+                if !inode.has_leg(leg) {
+                    continue;
+                }
+                let st = inode.fd(leg).and_then(|fd| sys::fd::fstat(fd.as_fd()));
+                ig.set_stamp(leg, id, st.ok().map(|st| crate::integrity::ctime_of(&st)));
+            }
+        }
+    }
+
     /// Gives every live inode and open file its copy on `target` (which holds the same tree as
     /// the metadata leg now), found by the inode's path on the metadata leg, one component at
     /// a time without following symlinks. An open file gets a descriptor on the leg's copy,

@@ -209,7 +209,8 @@ impl MirrorFs {
     /// At a clean unmount: background work stops, and the legs are flushed and marked clean.
     pub fn unmount(&self) {
         self.recovery.cancel_all();
-        self.mirror.mark_clean();
+        let recovery = self.recovery.clone();
+        self.mirror.mark_clean(&|inos| recovery.stamp(inos));
     }
 
     /// How many inodes the kernel holds (root included); 1 after a clean unmount.

@@ -90,13 +90,15 @@ impl MirrorFs {
     }
 
     /// Creates a node named `name` in `parent` on every in-sync leg, as the caller, with
-    /// `make(parent_fd_on_leg, name)`, and returns its entry.
+    /// `make(parent_fd_on_leg, name)`, and returns its entry. A regular file (`mknod`) gets
+    /// the checksum identity `id` on each copy, as `create` gives one.
     fn create_node(
         &self,
         parent: u64,
         name: &OsStr,
         caller: &Caller,
         what: &str,
+        id: Option<u64>,
         make: impl Fn(BorrowedFd<'_>, &CStr) -> Result<()> + Sync,
     ) -> Result<Entry> {
         let _barrier = self.mirror.barrier();
@@ -117,10 +119,19 @@ impl MirrorFs {
                 make(dir, &cname)?;
             }
             let fd = sys::fd::open_path_at(dir, &cname)?;
+            let identified = id.is_some_and(|id| Self::give_new_id(fd.as_fd(), id));
             let st = sys::fd::fstat(fd.as_fd())?;
-            Ok((fd, st))
+            Ok((fd, (st, identified)))
         })?;
+        let identified = found.iter().all(|(_, (_, (_, ok)))| *ok);
+        let found = found
+            .into_iter()
+            .map(|(leg, (fd, (st, _)))| (leg, (fd, st)))
+            .collect();
         let entry = self.claim_found(found);
+        if let (Some(id), Ok(inode)) = (id, self.inodes.get(entry.attr.ino.0)) {
+            self.adopt_new_id(&inode, id, identified);
+        }
         if entry.attr.kind != fuser::FileType::Directory {
             // A directory's mtime moves with every entry; a new node's must match at birth.
             // The node exists and the kernel counts this lookup from here on, so a failure
@@ -145,13 +156,17 @@ impl MirrorFs {
         rdev: u32,
         caller: &Caller,
     ) -> Result<Entry> {
-        self.create_node(parent, name, caller, "mknod", |dir, n| {
+        let id = match mode & libc::S_IFMT {
+            0 | libc::S_IFREG => self.new_checksum_id(),
+            _ => None,
+        };
+        self.create_node(parent, name, caller, "mknod", id, |dir, n| {
             sys::fd::mknod_at(dir, n, mode, rdev as u64)
         })
     }
 
     pub fn mkdir(&self, parent: u64, name: &OsStr, mode: u32, caller: &Caller) -> Result<Entry> {
-        self.create_node(parent, name, caller, "mkdir", |dir, n| {
+        self.create_node(parent, name, caller, "mkdir", None, |dir, n| {
             sys::fd::mkdir_at(dir, n, mode)
         })
     }
@@ -164,7 +179,7 @@ impl MirrorFs {
         caller: &Caller,
     ) -> Result<Entry> {
         let t = std::ffi::CString::new(target.as_bytes()).map_err(|_| Errno::EINVAL)?;
-        self.create_node(parent, name, caller, "symlink", |dir, n| {
+        self.create_node(parent, name, caller, "symlink", None, |dir, n| {
             sys::fd::symlink_at(&t, dir, n)
         })
     }
@@ -188,10 +203,13 @@ impl MirrorFs {
         self.will_change(&p);
         let legs = self.legs_for(&p);
         let what = if dir_entry { "rmdir" } else { "unlink" };
-        let last_link = if dir_entry {
-            None
+        let (last_link, shared) = if dir_entry {
+            (None, None)
         } else {
-            self.last_link_id(&p, &cname)
+            (
+                self.last_link_id(&p, &cname),
+                self.entry_copies(&p, &cname, &legs, true),
+            )
         };
         self.mirror
             .fan_out(&legs, what, |leg| {
@@ -202,6 +220,8 @@ impl MirrorFs {
             })
             .map(drop)?;
         self.forget_checksums(last_link);
+        // The file's other names keep it: one name fewer moved its copies' ctimes.
+        self.stamp_copies(shared);
         Ok(())
     }
 
@@ -255,6 +275,11 @@ impl MirrorFs {
             0 => self.last_link_id(&np, &new),
             _ => None,
         };
+        // A renamed file's copies' ctimes move (both files', for an exchange).
+        let moved = self.entry_copies(&p, &old, &legs, false);
+        let exchanged = (flags & libc::RENAME_EXCHANGE != 0)
+            .then(|| self.entry_copies(&np, &new, &legs, false))
+            .flatten();
         self.mirror
             .fan_out(&legs, "rename", |leg| {
                 let (from, to) = (p.fd(leg)?, np.fd(leg)?);
@@ -264,6 +289,8 @@ impl MirrorFs {
             })
             .map(drop)?;
         self.forget_checksums(replaced);
+        self.stamp_copies(moved);
+        self.stamp_copies(exchanged);
         Ok(())
     }
 
@@ -304,6 +331,8 @@ impl MirrorFs {
                 Some(rel) => self.link_as_caller(leg, rel, dir.as_fd(), &new, caller),
             }
         })?;
+        // A new name moved the copies' ctimes.
+        self.recovery.stamp(&[ino]);
         self.lookup_locked(&np, &new, caller)
     }
 

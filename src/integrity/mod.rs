@@ -22,7 +22,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
-use store::{FileChange, Store};
+use store::{FileChange, Stamp, Store};
 use sum::{chunk_of, zero_sum, Sum, CHUNK_BLOCKS};
 
 /// The xattr holding a file's identity on each leg (8 bytes, little-endian). The whole
@@ -84,7 +84,44 @@ pub struct Integrity {
     coverage_epoch: AtomicU64,
     /// Files whose copy on some leg was changed behind the mirror's back: path, leg names.
     diverged: Mutex<BTreeMap<String, BTreeSet<String>>>,
+    /// Stamps not yet committed, per leg slot (None: remove the stamp).
+    stamps: Mutex<HashMap<usize, HashMap<u64, Option<Stamp>>>>,
     pub counters: Counters,
+}
+
+/// Why a copy fails its checksums.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cause {
+    /// Its bytes changed without a change to the file (bit rot, a misdirected write): repair.
+    Rot,
+    /// The copy was changed on its leg behind the mirror's back: report, never revert.
+    Diverged,
+}
+
+/// The one rule that tells rot from a change on the leg (docs/integrity.md). A copy's ctime
+/// moves with every change made through its filesystem and never with rot. `stamp` is the
+/// copy's ctime when the mirror last changed it (see [`store`]); `ctime` is its ctime now. A
+/// copy whose ctime is still its stamp was not changed since: rot. One whose ctime moved was
+/// changed behind the mirror's back: diverged. Without a stamp (not taken yet, or the leg's
+/// store was copied from another leg's), `differs` decides: the copy's size or mtime differ
+/// from those of a copy that verifies, which the mirror keeps equal.
+///
+/// Times compare as equal when their seconds are and one of them has no nanoseconds: a
+/// filesystem that keeps none on disk (ext4 with 128-byte inodes) shows them in memory until
+/// the inode is evicted.
+pub fn classify(stamp: Option<Stamp>, ctime: Stamp, differs: bool) -> Cause {
+    let same = |a: Stamp, b: Stamp| a.0 == b.0 && (a.1 == b.1 || a.1 == 0 || b.1 == 0);
+    match stamp {
+        Some(s) if same(s, ctime) => Cause::Rot,
+        Some(_) => Cause::Diverged,
+        None if differs => Cause::Diverged,
+        None => Cause::Rot,
+    }
+}
+
+/// The ctime in `st`, as a stamp.
+pub fn ctime_of(st: &libc::stat) -> Stamp {
+    (st.st_ctime, st.st_ctime_nsec as u32)
 }
 
 /// What a read found against the checksums.
@@ -111,6 +148,7 @@ impl Integrity {
             damaged_count: AtomicU64::new(0),
             coverage_epoch: AtomicU64::new(0),
             diverged: Mutex::new(BTreeMap::new()),
+            stamps: Mutex::new(HashMap::new()),
             counters: Counters::default(),
         }
     }
@@ -203,6 +241,28 @@ impl Integrity {
         if let Some(s) = self.stores.write().get_mut(slot) {
             *s = None;
         }
+        self.stamps.lock().remove(&slot);
+    }
+
+    /// Records (for the next commit) that leg `slot`'s copy of file `id` has the ctime
+    /// `stamp` as the mirror left it (None: not known). Call once the change has settled:
+    /// nothing of the mirror's is changing that copy.
+    pub fn set_stamp(&self, slot: usize, id: u64, stamp: Option<Stamp>) {
+        if self.enabled {
+            self.stamps
+                .lock()
+                .entry(slot)
+                .or_default()
+                .insert(id, stamp);
+        }
+    }
+
+    /// Leg `slot`'s stamp of file `id` (uncommitted first), None if not known.
+    pub fn stamp(&self, slot: usize, id: u64) -> Option<Stamp> {
+        if let Some(s) = self.stamps.lock().get(&slot).and_then(|m| m.get(&id)) {
+            return *s;
+        }
+        self.store(slot)?.stamp(id).ok().flatten()
     }
 
     /// A leg joins the mirror (every change held off): its store becomes a copy of `from`'s,
@@ -222,6 +282,7 @@ impl Integrity {
             .and_then(|s| s.clone())
             .ok_or_else(|| io::Error::other("the source leg has no checksum store"))?;
         store::copy_store(src.path(), root)?;
+        self.stamps.lock().remove(&slot);
         let st = Store::open(root)?;
         self.stores.write()[slot] = Some(Arc::new(st));
         Ok(())
@@ -327,14 +388,20 @@ impl Integrity {
     ) -> Vec<(usize, io::Error)> {
         let _c = self.commit_lock.lock();
         let files: Vec<Arc<FileSums>> = self.dirty.lock().drain().map(|(_, f)| f).collect();
-        if files.is_empty() {
+        let stamps = std::mem::take(&mut *self.stamps.lock());
+        if files.is_empty() && stamps.is_empty() {
             return Vec::new();
         }
         for f in &files {
             f.registered.store(false, Ordering::Release);
         }
         let changes: Vec<FileChange> = files.iter().filter_map(|f| f.take_change()).collect();
-        let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        // Stamps alone are no new generation (they differ between legs anyway).
+        let generation = if changes.is_empty() {
+            self.generation.load(Ordering::Relaxed)
+        } else {
+            self.generation.fetch_add(1, Ordering::Relaxed) + 1
+        };
         let stores: Vec<(usize, Arc<Store>)> = self
             .stores
             .read()
@@ -344,7 +411,14 @@ impl Integrity {
             .collect();
         let mut failed = Vec::new();
         for (slot, s) in &stores {
-            if let Err(e) = check(*slot).and_then(|()| s.commit(&changes, generation)) {
+            let mine: Vec<(u64, Option<Stamp>)> = stamps
+                .get(slot)
+                .map(|m| m.iter().map(|(&id, &s)| (id, s)).collect())
+                .unwrap_or_default();
+            if changes.is_empty() && mine.is_empty() {
+                continue;
+            }
+            if let Err(e) = check(*slot).and_then(|()| s.commit(&changes, &mine, generation)) {
                 failed.push((*slot, e));
             }
         }
@@ -354,6 +428,13 @@ impl Integrity {
                 f.restore_change();
                 f.registered.store(false, Ordering::Release);
                 self.mark_dirty(f);
+            }
+            let mut pending = self.stamps.lock();
+            for (slot, m) in stamps {
+                let p = pending.entry(slot).or_default();
+                for (id, s) in m {
+                    p.entry(id).or_insert(s);
+                }
             }
         }
         for f in &files {
@@ -825,6 +906,44 @@ mod tests {
 
     fn block(byte: u8) -> Vec<u8> {
         vec![byte; BLOCK as usize]
+    }
+
+    #[test]
+    fn a_moved_ctime_is_an_edit_an_unmoved_one_rot() {
+        use Cause::*;
+        // With a stamp, only the ctime counts: not size or mtime.
+        assert_eq!(classify(Some((10, 5)), (10, 5), true), Rot);
+        assert_eq!(classify(Some((10, 5)), (10, 6), false), Diverged);
+        assert_eq!(classify(Some((10, 5)), (11, 5), false), Diverged);
+        // Nanoseconds a filesystem did not keep on disk.
+        assert_eq!(classify(Some((10, 5)), (10, 0), false), Rot);
+        assert_eq!(classify(Some((10, 0)), (10, 7), false), Rot);
+        assert_eq!(classify(Some((10, 5)), (9, 0), false), Diverged);
+        // Without one: size or mtime.
+        assert_eq!(classify(None, (10, 5), false), Rot);
+        assert_eq!(classify(None, (10, 5), true), Diverged);
+    }
+
+    #[test]
+    fn stamps_are_per_leg_and_kept_until_committed() {
+        let (_d, ig) = mount(2);
+        ig.new_file(1);
+        ig.set_stamp(0, 1, Some((3, 4)));
+        assert_eq!(ig.stamp(0, 1), Some((3, 4)));
+        assert_eq!(ig.stamp(1, 1), None);
+        assert!(ig.commit().is_empty());
+        assert_eq!(ig.store(0).unwrap().stamp(1).unwrap(), Some((3, 4)));
+        assert_eq!(ig.store(1).unwrap().stamp(1).unwrap(), None);
+        // A stamp alone is committed without a new generation.
+        let g = ig.store(0).unwrap().generation().unwrap();
+        ig.set_stamp(1, 1, Some((5, 6)));
+        assert!(ig.commit().is_empty());
+        assert_eq!(ig.store(1).unwrap().stamp(1).unwrap(), Some((5, 6)));
+        assert_eq!(ig.store(1).unwrap().generation().unwrap(), g);
+        // A leg that leaves loses what it had not committed.
+        ig.set_stamp(1, 1, None);
+        ig.detach(1);
+        assert_eq!(ig.stamp(1, 1), None);
     }
 
     #[test]

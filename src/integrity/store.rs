@@ -15,6 +15,11 @@
 //! - table `sums` (`(u64 file id, u64 record number)` → bytes): the checksums of blocks
 //!   `256 * n .. 256 * n + 255`, 4 bytes each, little-endian; a record that is absent is 256
 //!   blocks of zeros (a hole, or past the end of the file), and so is a short record's tail.
+//! - table `stamps` (`u64` file id → `(i64, u32)`: seconds and nanoseconds): the ctime of
+//!   *this leg's* copy when the mirror last changed it and the change had settled. The only
+//!   table that differs between legs: a copied store starts with it empty. A copy whose ctime
+//!   is no longer its stamp was changed behind the mirror's back (see [`super::classify`]).
+//!   Added in format 2; a format 1 store is upgraded in place (it had no stamps).
 
 use super::sum::{zero_sum, Sum, CHUNK_BLOCKS};
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
@@ -24,13 +29,17 @@ use std::path::{Path, PathBuf};
 /// The store's file name inside a leg's `.mirrorfs/`.
 pub const STORE_FILE: &str = "checksums.redb";
 /// The version of the layout above.
-pub const FORMAT: u64 = 1;
+pub const FORMAT: u64 = 2;
 /// `algorithm` in `meta`: CRC-32C.
 pub const ALGORITHM_CRC32C: u64 = 1;
 
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const FILES: TableDefinition<u64, (u64, u64)> = TableDefinition::new("files");
 const SUMS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("sums");
+const STAMPS: TableDefinition<u64, (i64, u32)> = TableDefinition::new("stamps");
+
+/// A copy's ctime: seconds and nanoseconds.
+pub type Stamp = (i64, u32);
 
 fn err(what: &str, path: &Path, e: impl std::fmt::Display) -> io::Error {
     io::Error::other(format!("checksum store '{}': {what}: {e}", path.display()))
@@ -139,6 +148,10 @@ impl Store {
                         meta.insert(k, v).map_err(|e| err("meta", p, e))?;
                     }
                     Some(h) if h == v => {}
+                    // Format 1 lacked only the stamps table, created below.
+                    Some(1) if k == "format" => {
+                        meta.insert(k, v).map_err(|e| err("meta", p, e))?;
+                    }
                     Some(h) => {
                         return Err(err(
                             "incompatible",
@@ -150,8 +163,26 @@ impl Store {
             }
             tx.open_table(FILES).map_err(|e| err("files", p, e))?;
             tx.open_table(SUMS).map_err(|e| err("sums", p, e))?;
+            tx.open_table(STAMPS).map_err(|e| err("stamps", p, e))?;
         }
         tx.commit().map_err(|e| err("commit", p, e))
+    }
+
+    /// This leg's stamp of file `id` (None: not known, see the module's note).
+    pub fn stamp(&self, id: u64) -> io::Result<Option<Stamp>> {
+        let p = &self.path;
+        let tx = self.read_tx().map_err(|e| err("read", p, e))?;
+        let t = tx.open_table(STAMPS).map_err(|e| err("stamps", p, e))?;
+        let r = t.get(id).map_err(|e| err("stamps", p, e))?;
+        Ok(r.map(|v| v.value()))
+    }
+
+    /// How many stamps the store holds.
+    pub fn stamp_count(&self) -> io::Result<u64> {
+        let p = &self.path;
+        let tx = self.read_tx().map_err(|e| err("read", p, e))?;
+        let t = tx.open_table(STAMPS).map_err(|e| err("stamps", p, e))?;
+        t.len().map_err(|e| err("stamps", p, e))
     }
 
     pub fn path(&self) -> &Path {
@@ -292,21 +323,50 @@ impl Store {
     /// (redb then refuses everything until the database is reopened) the store is reopened
     /// and the commit tried once more: a filesystem that was full for a moment does not cost
     /// the leg its place in the mirror.
-    pub fn commit(&self, changes: &[FileChange], generation: u64) -> io::Result<()> {
-        match self.commit_once(changes, generation) {
+    ///
+    /// `stamps` are this leg's new stamps (None removes one); a removed file's stamp goes too.
+    /// A commit of stamps alone (`changes` empty) leaves the generation as it was.
+    pub fn commit(
+        &self,
+        changes: &[FileChange],
+        stamps: &[(u64, Option<Stamp>)],
+        generation: u64,
+    ) -> io::Result<()> {
+        match self.commit_once(changes, stamps, generation) {
             Ok(()) => Ok(()),
             Err(e) => {
                 log::warn!("{e}; opening it again to retry");
                 self.reopen()
-                    .and_then(|()| self.commit_once(changes, generation))
+                    .and_then(|()| self.commit_once(changes, stamps, generation))
                     .map_err(|again| io::Error::new(again.kind(), format!("{e}; again: {again}")))
             }
         }
     }
 
-    fn commit_once(&self, changes: &[FileChange], generation: u64) -> io::Result<()> {
+    fn commit_once(
+        &self,
+        changes: &[FileChange],
+        stamps: &[(u64, Option<Stamp>)],
+        generation: u64,
+    ) -> io::Result<()> {
         let p = &self.path;
         let tx = self.write_tx().map_err(|e| err("begin", p, e))?;
+        {
+            let mut st = tx.open_table(STAMPS).map_err(|e| err("stamps", p, e))?;
+            for &(id, s) in stamps {
+                match s {
+                    Some(s) => st.insert(id, s).map(drop),
+                    None => st.remove(id).map(drop),
+                }
+                .map_err(|e| err("stamps", p, e))?;
+            }
+            for c in changes.iter().filter(|c| c.delete) {
+                st.remove(c.id).map_err(|e| err("stamps", p, e))?;
+            }
+        }
+        if changes.is_empty() {
+            return tx.commit().map_err(|e| err("commit", p, e));
+        }
         {
             let mut files = tx.open_table(FILES).map_err(|e| err("files", p, e))?;
             let mut sums = tx.open_table(SUMS).map_err(|e| err("sums", p, e))?;
@@ -381,10 +441,19 @@ pub fn set_aside(leg_root: &Path) -> Option<String> {
 /// Replaces the store under `to` with a copy of `from`'s file (written beside it, flushed,
 /// renamed over): rebuilding a lost store, or giving a leg that joins the mirror the records
 /// of the data it was given. The caller holds off commits to `from` meanwhile.
+/// The copy's stamps are dropped: they were the ctimes of the other leg's copies.
 pub fn copy_store(from: &Path, to_root: &Path) -> io::Result<()> {
     let to = store_path(to_root);
     let tmp = to.with_extension("redb.tmp");
     std::fs::copy(from, &tmp)?;
+    {
+        let db = open_db(&tmp)?;
+        let tx = db.begin_write().map_err(|e| err("begin", &tmp, e))?;
+        tx.delete_table(STAMPS)
+            .map_err(|e| err("stamps", &tmp, e))?;
+        tx.open_table(STAMPS).map_err(|e| err("stamps", &tmp, e))?;
+        tx.commit().map_err(|e| err("commit", &tmp, e))?;
+    }
     std::fs::File::open(&tmp)?.sync_all()?;
     std::fs::rename(&tmp, &to)?;
     std::fs::File::open(to.parent().unwrap_or(to_root))?.sync_all()
@@ -415,7 +484,7 @@ mod tests {
             size: 3 << 20,
             ..Default::default()
         };
-        s.commit(&[change], 1).unwrap();
+        s.commit(&[change], &[], 1).unwrap();
         assert!(s.has_file(7).unwrap());
         assert_eq!(s.chunk(7, 0).unwrap(), c0);
         assert_eq!(s.chunk(7, 1).unwrap(), c1);
@@ -429,7 +498,7 @@ mod tests {
             size: 1 << 20,
             ..Default::default()
         };
-        s.commit(&[cut], 2).unwrap();
+        s.commit(&[cut], &[], 2).unwrap();
         assert_eq!(
             s.chunk(7, 1).unwrap(),
             vec![zero_sum(); CHUNK_BLOCKS as usize]
@@ -447,6 +516,7 @@ mod tests {
                 delete: true,
                 ..Default::default()
             }],
+            &[],
             3,
         )
         .unwrap();
@@ -463,11 +533,67 @@ mod tests {
             chunks: vec![(0, vec![5; CHUNK_BLOCKS as usize])],
             ..Default::default()
         };
-        s.commit(&[change], 4).unwrap();
+        s.commit(&[change], &[(1, Some((100, 5)))], 4).unwrap();
+        assert_eq!(s.stamp(1).unwrap(), Some((100, 5)));
         copy_store(s.path(), b.path()).unwrap();
         let t = Store::open(b.path()).unwrap();
         assert_eq!(t.generation().unwrap(), 4);
         assert_eq!(t.chunk(1, 0).unwrap(), vec![5; CHUNK_BLOCKS as usize]);
+        // The stamps were leg a's copies' ctimes: not leg b's.
+        assert_eq!(t.stamp(1).unwrap(), None);
+        assert_eq!(s.stamp(1).unwrap(), Some((100, 5)));
+    }
+
+    #[test]
+    fn stamps_alone_keep_the_generation_and_go_with_their_file() {
+        let d = leg();
+        let s = Store::open(d.path()).unwrap();
+        let one = FileChange {
+            id: 3,
+            chunks: vec![(0, vec![1; CHUNK_BLOCKS as usize])],
+            size: 4096,
+            ..Default::default()
+        };
+        s.commit(&[one], &[], 1).unwrap();
+        s.commit(&[], &[(3, Some((7, 8))), (4, Some((1, 1)))], 99)
+            .unwrap();
+        assert_eq!(s.generation().unwrap(), 1);
+        assert_eq!(s.stamp(3).unwrap(), Some((7, 8)));
+        s.commit(&[], &[(4, None)], 99).unwrap();
+        assert_eq!(s.stamp(4).unwrap(), None);
+        let gone = FileChange {
+            id: 3,
+            delete: true,
+            ..Default::default()
+        };
+        s.commit(&[gone], &[], 2).unwrap();
+        assert_eq!(s.stamp(3).unwrap(), None);
+        assert_eq!(s.stamp_count().unwrap(), 0);
+    }
+
+    #[test]
+    fn a_format_1_store_is_upgraded_in_place() {
+        let d = leg();
+        {
+            let db = Database::create(store_path(d.path())).unwrap();
+            let tx = db.begin_write().unwrap();
+            {
+                let mut meta = tx.open_table(META).unwrap();
+                meta.insert("format", 1).unwrap();
+                meta.insert("block_size", super::super::sum::BLOCK).unwrap();
+                meta.insert("algorithm", ALGORITHM_CRC32C).unwrap();
+                meta.insert("generation", 5).unwrap();
+                let mut files = tx.open_table(FILES).unwrap();
+                files.insert(9, (1, 10)).unwrap();
+                tx.open_table(SUMS).unwrap();
+            }
+            tx.commit().unwrap();
+        }
+        let s = Store::open(d.path()).unwrap();
+        assert_eq!(s.meta("format").unwrap(), Some(FORMAT));
+        assert_eq!(s.generation().unwrap(), 5);
+        assert!(s.has_file(9).unwrap());
+        assert_eq!(s.stamp(9).unwrap(), None);
     }
 
     #[test]
@@ -480,9 +606,9 @@ mod tests {
             size: 4096,
             ..Default::default()
         };
-        s.commit(&[one(1)], 1).unwrap();
+        s.commit(&[one(1)], &[], 1).unwrap();
         s.reopen().unwrap();
-        s.commit(&[one(2)], 2).unwrap();
+        s.commit(&[one(2)], &[], 2).unwrap();
         assert_eq!(s.counts().unwrap(), (2, 2));
         assert_eq!(s.generation().unwrap(), 2);
         assert_eq!(s.chunk(1, 0).unwrap(), vec![1; CHUNK_BLOCKS as usize]);

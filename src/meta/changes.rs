@@ -198,6 +198,16 @@ impl ChangeLog {
         self.inner.lock().dirty.contains_key(&ino)
     }
 
+    /// The objects marked dirty now.
+    pub fn dirty_inos(&self) -> Vec<u64> {
+        self.inner.lock().dirty.keys().copied().collect()
+    }
+
+    /// Whether an object marked dirty now was at `path` when it was marked.
+    pub fn is_dirty_path(&self, path: &[u8]) -> bool {
+        self.inner.lock().dirty.values().any(|d| d.path == path)
+    }
+
     /// How many objects are marked dirty now.
     pub fn dirty_count(&self) -> usize {
         self.inner.lock().dirty.len()

@@ -331,8 +331,9 @@ impl Mirror {
 
     /// One sweep of the change records (every second, from the background thread): away
     /// logs flushed, and intent entries idle for a while cleared once every leg holds their
-    /// data on stable storage.
-    pub fn sweep_changes(&self) {
+    /// data on stable storage. `stamp` is given the idle objects first, for their checksum
+    /// stamps (the copies' ctimes once the mirror's changes settled), committed with them.
+    pub fn sweep_changes(&self, stamp: &dyn Fn(&[u64])) {
         let legs = self.in_sync_legs();
         let idle = self.changes.idle();
         if idle.inos.is_empty() {
@@ -352,6 +353,9 @@ impl Mirror {
         }
         // The idle files' data is durable now: their checksums are committed before their
         // intent entries go, so no clean file ever has checksums behind its data.
+        if self.integrity.enabled() {
+            stamp(&idle.inos);
+        }
         if !self.commit_checksums() {
             return;
         }
@@ -546,7 +550,9 @@ impl Mirror {
     /// At a clean unmount: background work stops, every in-sync leg is flushed, the intent
     /// logs are emptied, and every in-sync leg's superblock says clean, with the dropped legs
     /// recorded and the event counter moved on.
-    pub fn mark_clean(&self) {
+    ///
+    /// `stamp` is given every object still marked changing, as for [`Mirror::sweep_changes`].
+    pub fn mark_clean(&self, stamp: &dyn Fn(&[u64])) {
         self.stopping.store(true, Ordering::Release);
         // Clean means every leg holds the same data on stable storage: flush first, so that
         // a power loss after the unmount cannot leave the legs different under a clean flag.
@@ -559,6 +565,9 @@ impl Mirror {
                 self.record_dropped_legs();
                 return;
             }
+        }
+        if self.integrity.enabled() {
+            stamp(&self.changes.dirty_inos());
         }
         if !self.commit_checksums() {
             self.record_dropped_legs();

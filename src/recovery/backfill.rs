@@ -272,6 +272,11 @@ impl Recovery {
             }
         };
         ig.record_whole(id, all.swap_remove(0), st.st_size as u64);
+        // Every change is held off for this file: its copies' ctimes now are the mirror's.
+        for (l, fd) in &copies {
+            let st = sys::fd::fstat(fd.as_fd()).ok();
+            ig.set_stamp(*l, id, st.map(|st| integrity::ctime_of(&st)));
+        }
         ig.covered_more();
         if ig.backlog() >= integrity::COMMIT_BACKLOG / 4 {
             for (leg, e) in ig.commit() {

@@ -31,6 +31,22 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+/// Stamps (see [`crate::integrity::classify`]) the copies on `legs` of the file `rel`, identity
+/// `id`, after the recovery made them what the mirror holds. A copy that cannot be looked at
+/// loses its stamp.
+fn stamp_rel(mirror: &Mirror, legs: &[LegIdx], rel: &std::path::Path, id: u64) {
+    use std::os::fd::AsFd;
+    use std::os::unix::ffi::OsStrExt;
+    let ig = mirror.integrity();
+    for &l in legs {
+        let st = mirror.leg(l).root().and_then(|root| {
+            let fd = crate::sys::fd::open_beneath(root.as_fd(), rel.as_os_str().as_bytes())?;
+            crate::sys::fd::fstat(fd.as_fd())
+        });
+        ig.set_stamp(l, id, st.ok().map(|st| crate::integrity::ctime_of(&st)));
+    }
+}
+
 /// What the recovery needs of the core's live objects.
 pub trait LiveObjects: Send + Sync {
     /// Gives every live object and open file its copy on `leg`, which now holds the same tree
@@ -38,6 +54,9 @@ pub trait LiveObjects: Send + Sync {
     fn attach_leg(&self, leg: LegIdx) -> Result<()>;
     /// Lets go of every descriptor on `leg`, which is out of the mirror.
     fn detach_leg(&self, leg: LegIdx);
+    /// Records the checksum stamps (each in-sync copy's ctime) of the objects `inos` whose
+    /// changes through the mount have settled (see [`crate::integrity::classify`]).
+    fn stamp(&self, inos: &[u64]);
 }
 
 /// The background work of one mount.
@@ -106,6 +125,11 @@ impl Recovery {
         self.scrub.lock().clone()
     }
 
+    /// The checksum stamps of the objects `inos` (see [`LiveObjects::stamp`]).
+    pub fn stamp(&self, inos: &[u64]) {
+        self.objects.stamp(inos);
+    }
+
     /// At unmount: the running resync and scrub stop.
     pub fn cancel_all(&self) {
         self.cancel_resync();
@@ -120,7 +144,7 @@ impl Recovery {
             .name("changes".into())
             .spawn(move || {
                 while !me.mirror.is_stopping() {
-                    me.mirror.sweep_changes();
+                    me.mirror.sweep_changes(&|inos| me.objects.stamp(inos));
                     me.release_dropped_legs();
                     std::thread::sleep(std::time::Duration::from_secs(1));
                 }

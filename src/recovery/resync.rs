@@ -229,6 +229,7 @@ impl Recovery {
             match crate::integrity::hash_fd(file.as_fd()) {
                 Ok(sums) => {
                     ig.record_whole(id, sums, size);
+                    super::stamp_rel(&self.mirror, &self.mirror.in_sync_legs(), p, id);
                     n += 1;
                 }
                 Err(e) => log::error!("after the crash: cannot hash '{}': {e}", p.display()),

@@ -141,6 +141,7 @@ fn rehash(mirror: &Mirror, job: &ScrubJob, rel: &Path, id: u64) -> Result<()> {
     let ig = mirror.integrity();
     let size = crate::sys::fd::fstat(file.as_fd())?.st_size as u64;
     ig.record_whole(id, sums, size);
+    super::stamp_rel(mirror, &job.legs, rel, id);
     for (leg, e) in ig.commit() {
         log::error!("scrub: checksum commit to leg {leg}: {e}");
     }
@@ -154,8 +155,9 @@ fn rehash(mirror: &Mirror, job: &ScrubJob, rel: &Path, id: u64) -> Result<()> {
 /// Verifies every block of the file `rel` on each of the scrub's legs against its checksums,
 /// and rewrites bad blocks from a copy that verifies (called with every change held off).
 /// Nothing to do for a file without checksums, or for anything but a regular file. A copy
-/// that fails and whose size or mtime differs from the good copy's was changed on its leg
-/// (diverged): reported, not repaired; returns the file's identity then.
+/// that fails and was changed on its leg since the mirror last wrote it
+/// ([`crate::integrity::classify`]) diverged: reported, not repaired; returns the file's
+/// identity then. Every copy that verifies (or was repaired) gets its stamp afresh.
 fn verify_checksums(mirror: &Mirror, job: &ScrubJob, rel: &Path) -> Result<Option<u64>> {
     use crate::integrity::{self, sum, Verdict};
     use crate::sys;
@@ -191,13 +193,24 @@ fn verify_checksums(mirror: &Mirror, job: &ScrubJob, rel: &Path) -> Result<Optio
     else {
         return Ok(None);
     };
-    let fingerprints = copies
+    let stats = copies
         .iter()
-        .map(|(_, fd)| {
-            let st = sys::fd::fstat(fd.as_fd())?;
-            Ok((st.st_size, st.st_mtime, st.st_mtime_nsec))
-        })
+        .map(|(_, fd)| sys::fd::fstat(fd.as_fd()))
         .collect::<Result<Vec<_>>>()?;
+    let fingerprint = |st: &libc::stat| (st.st_size, st.st_mtime, st.st_mtime_nsec);
+    // A file whose changes through the mount have not settled (still in the intent log) has
+    // no valid stamps yet.
+    let settled = !mirror.changes().is_dirty_path(rel.as_os_str().as_bytes());
+    let stamps: Vec<_> = copies
+        .iter()
+        .map(|(leg, _)| if settled { ig.stamp(*leg, id) } else { None })
+        .collect();
+    // Copy i failed where copy g verifies: rot, or changed on its leg?
+    let cause = |i: usize, g: usize| {
+        let differs = fingerprint(&stats[g]) != fingerprint(&stats[i]);
+        integrity::classify(stamps[i], integrity::ctime_of(&stats[i]), differs)
+    };
+    let mut failed = vec![false; copies.len()];
     let mut diverged = false;
     let readers = copies
         .iter()
@@ -226,15 +239,16 @@ fn verify_checksums(mirror: &Mirror, job: &ScrubJob, rel: &Path) -> Result<Optio
                 blocks[0] * sum::BLOCK,
                 (blocks[blocks.len() - 1] + 1) * sum::BLOCK,
             );
-            if let Some(g) = good.filter(|&g| fingerprints[g] != fingerprints[i]) {
-                // Rot moves neither size nor mtime (equal on every leg); an edit on the leg
-                // does. Reported, left to the comparison (and to a repair the user names).
+            failed[i] = true;
+            if let Some(g) = good.filter(|&g| cause(i, g) == integrity::Cause::Diverged) {
+                // Changed on its leg: reported, left to the comparison (and to a repair the
+                // user names).
                 diverged = true;
                 ig.record_diverged(format!("/{}", rel.display()), &l.name);
                 let line = format!(
-                    "/{} on leg {leg} ('{}'): differs from its checksums at bytes {a}..{z} \
-                     and in size or mtime from leg {}: changed behind the mirror's back \
-                     (diverged), not repaired",
+                    "/{} on leg {leg} ('{}'): differs from its checksums at bytes {a}..{z}, \
+                     and was changed on its leg since the mirror last wrote it (leg {} \
+                     verifies): changed behind the mirror's back (diverged), not repaired",
                     rel.display(),
                     l.path().display(),
                     readers[g].0
@@ -267,6 +281,7 @@ fn verify_checksums(mirror: &Mirror, job: &ScrubJob, rel: &Path) -> Result<Optio
                     });
                     match fix {
                         Ok(_) => {
+                            failed[i] = false;
                             l.counters.read_repairs.fetch_add(1, Ordering::Relaxed);
                             job.progress.repaired.fetch_add(1, Ordering::Relaxed);
                             format!("repaired from leg {gleg}")
@@ -294,6 +309,14 @@ fn verify_checksums(mirror: &Mirror, job: &ScrubJob, rel: &Path) -> Result<Optio
             break;
         }
         offset += step as u64;
+    }
+    // Each copy that is now as written: its ctime as it stands is the mirror's (every change
+    // is held off), its stamp from now on.
+    for (i, (leg, fd)) in copies.iter().enumerate() {
+        if settled && !failed[i] {
+            let st = sys::fd::fstat(fd.as_fd()).ok();
+            ig.set_stamp(*leg, id, st.map(|st| integrity::ctime_of(&st)));
+        }
     }
     Ok(diverged.then_some(id))
 }
