@@ -65,6 +65,8 @@ impl ScrubJob {
 struct ScrubHook {
     mirror: Arc<Mirror>,
     job: Weak<ScrubJob>,
+    /// The entry being compared, while every copy of it verified against its checksums.
+    verified: Mutex<Option<std::path::PathBuf>>,
 }
 
 impl EntryHook for ScrubHook {
@@ -73,15 +75,18 @@ impl EntryHook for ScrubHook {
         let Some(job) = self.job.upgrade() else {
             return work();
         };
-        let diverged = match verify_checksums(&self.mirror, &job, path) {
-            Ok(d) => d,
+        let checked = match verify_checksums(&self.mirror, &job, path) {
+            Ok(c) => c,
             Err(e) => {
                 log::error!("scrub: checksums of /{}: {e}", path.display());
                 job.progress.errors.fetch_add(1, Ordering::Relaxed);
-                None
+                Checked::default()
             }
         };
+        *self.verified.lock() = checked.verified.then(|| path.to_path_buf());
         work();
+        *self.verified.lock() = None;
+        let diverged = checked.diverged;
         if let (Some(id), false) = (diverged, job.repair == Repair::Nothing) {
             // The comparison made the copies identical from the leg the user named (or the
             // majority): their checksums are those of that version now.
@@ -92,6 +97,10 @@ impl EntryHook for ScrubHook {
                 );
             }
         }
+    }
+
+    fn content_verified(&self, path: &Path) -> bool {
+        self.verified.lock().as_deref() == Some(path)
     }
 
     fn difference(&self, d: &Difference) {
@@ -152,19 +161,29 @@ fn rehash(mirror: &Mirror, job: &ScrubJob, rel: &Path, id: u64) -> Result<()> {
     Ok(())
 }
 
+/// What [`verify_checksums`] found.
+#[derive(Default)]
+struct Checked {
+    /// Some copy diverged: the file's identity.
+    diverged: Option<u64>,
+    /// Every scrub leg holds a copy, and every copy verified in full (or was repaired): the
+    /// contents are known to be the same, and the engine need not compare them again.
+    verified: bool,
+}
+
 /// Verifies every block of the file `rel` on each of the scrub's legs against its checksums,
 /// and rewrites bad blocks from a copy that verifies (called with every change held off).
 /// Nothing to do for a file without checksums, or for anything but a regular file. A copy
 /// that fails and was changed on its leg since the mirror last wrote it
 /// ([`crate::integrity::classify`]) diverged: reported, not repaired; returns the file's
 /// identity then. Every copy that verifies (or was repaired) gets its stamp afresh.
-fn verify_checksums(mirror: &Mirror, job: &ScrubJob, rel: &Path) -> Result<Option<u64>> {
+fn verify_checksums(mirror: &Mirror, job: &ScrubJob, rel: &Path) -> Result<Checked> {
     use crate::integrity::{self, sum, Verdict};
     use crate::sys;
     use std::os::unix::ffi::OsStrExt;
     let ig = mirror.integrity();
     if !ig.enabled() || rel.as_os_str().is_empty() {
-        return Ok(None);
+        return Ok(Checked::default());
     }
     // The copies: (leg, read descriptor, write descriptor opened when needed).
     let mut copies = Vec::new();
@@ -178,20 +197,22 @@ fn verify_checksums(mirror: &Mirror, job: &ScrubJob, rel: &Path) -> Result<Optio
         };
         let st = sys::fd::fstat(fd.as_fd())?;
         if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-            return Ok(None);
+            return Ok(Checked::default());
         }
         if id.is_none() {
             id = integrity::id_of(fd.as_fd());
         }
         copies.push((leg, fd));
     }
-    let Some(id) = id else { return Ok(None) };
+    let Some(id) = id else {
+        return Ok(Checked::default());
+    };
     let Some(f) = ig.file(id).map_err(|e| {
         log::error!("scrub: {e}");
         Errno::EIO
     })?
     else {
-        return Ok(None);
+        return Ok(Checked::default());
     };
     let stats = copies
         .iter()
@@ -211,6 +232,7 @@ fn verify_checksums(mirror: &Mirror, job: &ScrubJob, rel: &Path) -> Result<Optio
         integrity::classify(stamps[i], integrity::ctime_of(&stats[i]), differs)
     };
     let mut failed = vec![false; copies.len()];
+    let mut all_good = copies.len() == job.legs.len() && copies.len() >= 2;
     let mut diverged = false;
     let readers = copies
         .iter()
@@ -228,6 +250,7 @@ fn verify_checksums(mirror: &Mirror, job: &ScrubJob, rel: &Path) -> Result<Optio
             let v = f
                 .verify(ig, offset, &bufs[i][..n], n < step)
                 .map_err(|_| Errno::EIO)?;
+            all_good &= v == Verdict::Good;
             verdicts.push(v);
         }
         let good = verdicts.iter().position(|v| !matches!(v, Verdict::Bad(_)));
@@ -318,7 +341,10 @@ fn verify_checksums(mirror: &Mirror, job: &ScrubJob, rel: &Path) -> Result<Optio
             ig.set_stamp(*leg, id, st.map(|st| integrity::ctime_of(&st)));
         }
     }
-    Ok(diverged.then_some(id))
+    Ok(Checked {
+        diverged: diverged.then_some(id),
+        verified: all_good && !diverged && !failed.contains(&true),
+    })
 }
 
 impl Recovery {
@@ -401,6 +427,7 @@ impl Recovery {
                 hook: Arc::new(ScrubHook {
                     mirror: self.mirror.clone(),
                     job: Arc::downgrade(job),
+                    verified: Mutex::new(None),
                 }),
             };
             tree::scrub(&fds, &self.tree, repair, &ctl)
