@@ -518,6 +518,20 @@ fn kill_9_during_fio_random_writes() {
     };
     for round in 0..10 {
         let mut r = mount_ok(&legs, &mnt, &[]);
+        // fio lays its file out first (--create_only): the kill below must come during the
+        // random writes whose state fio saves, not during the layout (seen under load: the
+        // other writer alone had reached the mark before fio's file existed).
+        let layout = Command::new("fio")
+            .args(job(false, round))
+            .arg("--create_only=1")
+            .current_dir(&work)
+            .output()
+            .unwrap();
+        assert!(
+            layout.status.success(),
+            "round {round}: fio layout: {}",
+            text(&layout.stderr)
+        );
         let before = stats(&mnt).legs[1].write_bytes;
         let mut fio = Command::new("fio")
             .args(job(false, round))
