@@ -16,7 +16,7 @@
 #   MIRRORFS_OPTS=   extra -o options for every mirrorfs mount
 #   MANY=0           N > 0: the memory section, N empty files through a 2-leg mirror
 #   MANY_OPTS=       its extra mirrorfs options (write_intent=off creates several times faster)
-#   DIR=/var/tmp/mirrorfs-datapath, KEEP=1 keeps the images
+#   DIR=/var/tmp/mirrorfs-datapath, removed at the end unless KEEP=1 (keeps images and inputs)
 #   BENCH_SIZE=tiny or SMOKE=1: MB=16 RUNTIME=500ms ENTRIES=100 NFILES=100 MANY=0 and a 20-file
 #                    repository to clone; every row, in about 40 s
 set -euo pipefail
@@ -67,7 +67,11 @@ cleanup() {
     for m in "${FUSE[@]}"; do fuse_down "$m"; done
     for m in "$DIR/legA" "$DIR/legB"; do mountpoint -q "$m" && umount "$m"; done
     for dev in "${LOOPS[@]}"; do losetup -d "$dev" 2>/dev/null || say "warning: could not detach $dev"; done
-    [ "${KEEP:-0}" = 1 ] || rm -f "$DIR/a.img" "$DIR/b.img"
+    [ "${KEEP:-0}" = 1 ] && return
+    rm -f "$DIR/a.img" "$DIR/b.img" "$DIR"/tree.{all,list,rel,tar} "$DIR/small.list" "$DIR/out"
+    rm -rf "$DIR/src.git" "$DIR/tiny.git"
+    # rmdir, not rm -rf: a mount point whose unmount failed keeps what it serves.
+    rmdir "$DIR"/mnt/* "$DIR/mnt" "$DIR/legA" "$DIR/legB" "$DIR" 2>/dev/null || true
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
