@@ -29,6 +29,11 @@
 #                       the checksum store's size per TiB of data (root, loop devices)
 #   make bench-first-mount  the first mount over two legs holding the same MB=10240 MiB tree:
 #                       time until the mount answers, and until the contents are compared
+#   make bench-datapath the data path against the disk (issue 12): tar, find, ls -lR, small-file
+#                       reads, git clone and status (cold and warm), rm -rf and fio on an ext4 loop
+#                       leg directly, mergerfs and mirrorfs (1 leg, 2 legs, write_intent=off); raw
+#                       figures, ratios to the leg and each daemon's peak RSS (root; MB=1024,
+#                       RUNTIME=10; MANY=1000000 adds the daemon's memory over a million files)
 #   make lint           cargo fmt --check and cargo clippy -D warnings
 #   make doc-tables     rewrite the option and key tables of README.md and docs/control.md from
 #                       src/config/table.rs (a unit test fails while they differ)
@@ -62,7 +67,7 @@ export CARGO_TERM_COLOR := never
 CARGO_TEST_FLAGS ?= --no-fail-fast
 endif
 
-.PHONY: all build build-debug test deps test-unit test-external demo install install-files uninstall deb deb-package lint clean sim bench bench-smoke bench-resync bench-intent bench-first-mount doc-tables man bench-checksum
+.PHONY: all build build-debug test deps test-unit test-external demo install install-files uninstall deb deb-package lint clean sim bench bench-smoke bench-resync bench-intent bench-first-mount doc-tables man bench-checksum bench-datapath
 
 all: build
 
@@ -98,6 +103,7 @@ bench-smoke: build-debug
 	MIRRORFS=$(TEST_BIN) BENCH_SIZE=tiny bench/run.sh
 	MIRRORFS=$(TEST_BIN) MB=16 DIR=$(TARGET_DIR)/bench-first-mount bench/first-mount.sh
 	MIRRORFS=$(TEST_BIN) MB=16 RUNTIME=1 ROUNDS=1 DIR=$(TARGET_DIR)/bench-checksum bench/checksum.sh
+	MIRRORFS=$(TEST_BIN) BENCH_SIZE=tiny DIR=$(TARGET_DIR)/bench-datapath bench/datapath.sh
 
 bench-resync: build
 	MIRRORFS=$(RELEASE_BIN) bench/resync.sh
@@ -110,6 +116,9 @@ bench-checksum: build
 
 bench-first-mount: build
 	MIRRORFS=$(RELEASE_BIN) bench/first-mount.sh
+
+bench-datapath: build
+	MIRRORFS=$(RELEASE_BIN) bench/datapath.sh
 
 demo: build
 	@set -e; \

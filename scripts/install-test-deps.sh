@@ -18,10 +18,11 @@ export DEBIAN_FRONTEND=noninteractive
 # Debian packages. libc6-dev: headers for the C build and the /usr/include that tar/rsync copy;
 # psmisc: fuser(1); python3-prometheus-client: a real exposition-format parser for the
 # metrics test; systemd: systemd-analyze verify for the units under contrib/; man-db: man -l on
-# the generated man pages.
+# the generated man pages; mergerfs: the other FUSE filesystem bench/datapath.sh (make
+# bench-smoke) measures mirrorfs against.
 packages=(fuse3 attr acl fio rsync sqlite3 git make gcc libc6-dev psmisc ca-certificates
     e2fsprogs util-linux btrfs-progs jq python3
-    python3-prometheus-client systemd man-db bash)
+    python3-prometheus-client systemd man-db bash mergerfs)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

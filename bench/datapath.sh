@@ -1,0 +1,402 @@
+#!/bin/bash
+# bench/datapath.sh: the data path against the disk (issue 12, item 5). Metadata, small-file and
+# fio workloads on an ext4 loop-device leg read directly, on mergerfs over one leg directory and
+# on mirrorfs (1 leg, 2 legs, 2 legs with write_intent=off), row by row side by side in one run.
+# Prints the raw figures, the same table as ratios to the leg, and each FUSE daemon's peak RSS.
+# MANY=N adds a section that creates N empty files through a 2-leg mirror and walks them,
+# printing the daemon's RSS after each step. Not a test: it prints tables.
+#
+# Usage (root): MIRRORFS=target/release/mirrorfs bench/datapath.sh
+# Environment:
+#   MB=1024          the fio file, MiB (the two sparse images: targets x (MB + 256) + 512 MiB each)
+#   RUNTIME=10       each fio read job, in fio's units (10 = seconds, 500ms)
+#   ENTRIES=all      how many entries of /usr/include the tree gets (parents first)
+#   NFILES=3000      the small-file read: regular files under 64 KiB, in tree order
+#   GIT_SRC=         the repository to clone (default: this one), copied bare once under DIR
+#   MIRRORFS_OPTS=   extra -o options for every mirrorfs mount
+#   MANY=0           N > 0: the memory section, N empty files through a 2-leg mirror
+#   MANY_OPTS=       its extra mirrorfs options (write_intent=off creates several times faster)
+#   DIR=/var/tmp/mirrorfs-datapath, removed at the end unless KEEP=1 (keeps images and inputs)
+#   BENCH_SIZE=tiny or SMOKE=1: MB=16 RUNTIME=500ms ENTRIES=100 NFILES=100 MANY=0 and a 20-file
+#                    repository to clone; every row, in about 40 s
+set -euo pipefail
+export LC_ALL=C
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+say() { echo "datapath: $*" >&2; }
+die() { say "error: $*"; exit 1; }
+
+MIRRORFS=${MIRRORFS:?set MIRRORFS to the mirrorfs binary}
+MIRRORFS=$(readlink -f "$MIRRORFS")
+[ -x "$MIRRORFS" ] || die "MIRRORFS=$MIRRORFS is not executable"
+tiny=0
+[ "${BENCH_SIZE:-}" = tiny ] || [ "${SMOKE:-0}" = 1 ] && tiny=1
+if [ $tiny = 1 ]; then
+    MB=${MB:-16} RUNTIME=${RUNTIME:-500ms} ENTRIES=${ENTRIES:-100} NFILES=${NFILES:-100} MANY=0
+else
+    MB=${MB:-1024} RUNTIME=${RUNTIME:-10} ENTRIES=${ENTRIES:-all} NFILES=${NFILES:-3000} MANY=${MANY:-0}
+fi
+DIR=${DIR:-/var/tmp/mirrorfs-datapath}
+DIR=$(mkdir -p "$DIR" && cd "$DIR" && pwd)
+GIT_SRC=${GIT_SRC:-$(git -C "$here" rev-parse --show-toplevel 2>/dev/null || true)}
+MIRRORFS_OPTS=${MIRRORFS_OPTS:-}
+MANY_OPTS=${MANY_OPTS:-}
+[ "$(id -u)" -eq 0 ] || die "must run as root (loop devices, mounts, drop_caches)"
+[ -c /dev/fuse ] || die "/dev/fuse is missing"
+for t in fio jq mergerfs mkfs.ext4 losetup getfattr git tar; do
+    command -v $t >/dev/null || die "needs $t (scripts/install-test-deps.sh)"
+done
+[ -n "$GIT_SRC" ] || die "GIT_SRC: no git repository to clone (set GIT_SRC=/path/to/repo)"
+
+drop() { sync; echo 3 >/proc/sys/vm/drop_caches; }
+
+# ------------------------------------------------------------------------------ teardown
+
+LOOPS=()     # loop devices attached by this run
+FUSE=()      # FUSE mount points mounted by this run
+declare -A PID=()   # FUSE mount point -> daemon pid
+fuse_down() { # MOUNTPOINT: unmount, and wait up to 10 s for its daemon (SIGTERM after)
+    local m=$1 pid=${PID[$1]:-}
+    mountpoint -q "$m" && { umount "$m" 2>/dev/null || umount -l "$m" || true; }
+    [ -n "$pid" ] || return 0
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
+    say "warning: daemon $pid of $m still running 10 s after the unmount; SIGTERM"
+    kill "$pid" 2>/dev/null || true
+}
+cleanup() {
+    local m dev
+    for m in "${FUSE[@]}"; do fuse_down "$m"; done
+    for m in "$DIR/legA" "$DIR/legB"; do mountpoint -q "$m" && umount "$m"; done
+    for dev in "${LOOPS[@]}"; do losetup -d "$dev" 2>/dev/null || say "warning: could not detach $dev"; done
+    [ "${KEEP:-0}" = 1 ] && return
+    rm -f "$DIR/a.img" "$DIR/b.img" "$DIR"/tree.{all,list,rel,tar} "$DIR/small.list" "$DIR/out"
+    rm -rf "$DIR/src.git" "$DIR/tiny.git"
+    # rmdir, not rm -rf: a mount point whose unmount failed keeps what it serves.
+    rmdir "$DIR"/mnt/* "$DIR/mnt" "$DIR/legA" "$DIR/legB" "$DIR" 2>/dev/null || true
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+# What an earlier run killed outright left: mounts under DIR, loop devices on its images.
+awk -v d="$DIR/" 'index($2, d) == 1 { print $2 }' /proc/mounts | sort -r | while read -r m; do
+    say "unmounting $m, left by an earlier run"; umount "$m" || umount -l "$m"
+done
+for img in "$DIR/a.img" "$DIR/b.img"; do
+    [ -e "$img" ] || continue
+    for dev in $(losetup -n -O NAME -j "$img"); do say "detaching $dev, left by an earlier run"; losetup -d "$dev"; done
+done
+
+# ------------------------------------------------------------------------------ inputs
+
+# The tree: /usr/include (or its first ENTRIES entries, parents first) as a tar file, and the
+# small files to read (regular files under 64 KiB, the first NFILES in tree order).
+find /usr/include | sort >"$DIR/tree.all"
+if [ "$ENTRIES" = all ]; then cp "$DIR/tree.all" "$DIR/tree.list"; else head -n "$ENTRIES" "$DIR/tree.all" >"$DIR/tree.list"; fi
+sed 's|^/||' "$DIR/tree.list" >"$DIR/tree.rel"
+tar -C / --no-recursion -cf "$DIR/tree.tar" -T "$DIR/tree.rel"
+NENT=$(wc -l <"$DIR/tree.rel")
+(cd / && xargs -d '\n' stat -c '%s:%F:%n' <"$DIR/tree.rel") |
+    awk -F: -v n="$NFILES" '$2 == "regular file" && $1 < 65536 && k < n { k++; print substr($0, length($1 $2) + 3) }' >"$DIR/small.list"
+NSMALL=$(wc -l <"$DIR/small.list")
+# A bare copy of a real repository, made once: every target clones it with --no-hardlinks. The
+# tiny size clones a repository of 20 of the small files instead (a create costs a sync per leg
+# with the intent log: the real checkout alone would take most of a minute).
+rm -rf "$DIR/src.git" "$DIR/tiny.git"
+if [ $tiny = 1 ]; then
+    git init -q "$DIR/tiny.git"
+    head -n 20 "$DIR/small.list" | (cd / && xargs -d '\n' cp --parents -t "$DIR/tiny.git")
+    git -C "$DIR/tiny.git" add -A
+    git -C "$DIR/tiny.git" -c user.name=bench -c user.email=bench@localhost commit -q -m "20 headers"
+    GIT_SRC=$DIR/tiny.git
+fi
+git clone -q --bare "$GIT_SRC" "$DIR/src.git"
+rm -rf "$DIR/tiny.git"
+NGIT=$(git -C "$DIR/src.git" ls-tree -r HEAD | wc -l)
+
+TARGETS=(leg mergerfs mirrorfs-1 mirrorfs-2 mirrorfs-2-nointent)
+declare -A OPTS=([mirrorfs-1]="" [mirrorfs-2]="" [mirrorfs-2-nointent]="write_intent=off")
+
+# passthrough=ro (item 4) is a column once the binary accepts it. Options are parsed before the
+# mount point is checked: a refused option names itself, an accepted one fails on the missing
+# mount point only.
+mkdir -p "$DIR/probe0" "$DIR/probe1"
+probe=$("$MIRRORFS" "$DIR/probe0:$DIR/probe1" "$DIR/probe-no-such-mountpoint" -o passthrough=ro 2>&1 || true)
+if grep -q passthrough <<<"$probe"; then
+    PT_NOTE="no mirrorfs passthrough=ro column: the binary does not accept the option ($(head -n 1 <<<"$probe"))"
+else
+    TARGETS+=(mirrorfs-2-ptro)
+    OPTS[mirrorfs-2-ptro]="passthrough=ro"
+    PT_NOTE=""
+fi
+rmdir "$DIR/probe0" "$DIR/probe1"
+
+# ------------------------------------------------------------------------------ legs
+
+# Two ext4 filesystems on loop devices with direct I/O (reads bypass the guest's cache of the
+# image files, so a cold pass reaches the disk), fresh for this run. Every target gets its own
+# directory on them: leg A holds the leg target, mergerfs's branch and every mirrorfs's first
+# leg; leg B the second legs.
+IMG_MB=$((${#TARGETS[@]} * (MB + 256) + 512))
+inodes=$((IMG_MB * 64 + MANY + MANY / 500 + 10000)) # ext4's default (one per 16 KiB) plus MANY
+if [ "$MANY" -gt 0 ]; then IMG_MB=$((IMG_MB + MANY / 1000 + 256)); fi
+for x in a b; do
+    rm -f "$DIR/$x.img"
+    truncate -s ${IMG_MB}M "$DIR/$x.img"
+    dev=$(losetup --direct-io=on -f --show "$DIR/$x.img")
+    LOOPS+=("$dev")
+    mkfs.ext4 -q -F -N "$inodes" -E nodiscard,lazy_itable_init=0,lazy_journal_init=0 "$dev"
+done
+mkdir -p "$DIR/legA" "$DIR/legB" "$DIR/mnt"
+mount -o noatime "${LOOPS[0]}" "$DIR/legA"
+mount -o noatime "${LOOPS[1]}" "$DIR/legB"
+
+# ------------------------------------------------------------------------------ targets
+
+declare -A PATH_OF=()  # target -> the directory the workloads run in
+mf_opts() { # extra options -> the -o argument of a mirrorfs mount
+    local o="minfreespace=0"
+    [ -n "$1" ] && o="$o,$1"
+    [ -n "$MIRRORFS_OPTS" ] && o="$o,$MIRRORFS_OPTS"
+    echo "$o"
+}
+daemon_pid() { # MOUNTPOINT EXE-NAME: the FUSE daemon serving it
+    local m=$1 exe=$2 p a
+    if [ "$exe" = mirrorfs ] && p=$(getfattr --absolute-names --only-values -n user.mirrorfs.pid "$m" 2>/dev/null); then
+        echo "$p"; return
+    fi
+    for p in /proc/[0-9]*; do
+        [[ $(readlink "$p/exe" 2>/dev/null) == *"$exe"* ]] || continue
+        while IFS= read -r -d '' a; do
+            [ "$a" = "$m" ] && { echo "${p#/proc/}"; return; }
+        done <"$p/cmdline"
+    done
+}
+
+
+for t in "${TARGETS[@]}"; do
+    case $t in
+        leg)
+            mkdir -p "$DIR/legA/leg"; PATH_OF[$t]=$DIR/legA/leg ;;
+        mergerfs)
+            mkdir -p "$DIR/legA/mergerfs" "$DIR/mnt/$t"
+            mergerfs -o cache.files=partial,minfreespace=0 "$DIR/legA/mergerfs" "$DIR/mnt/$t"
+            FUSE+=("$DIR/mnt/$t"); PID[$DIR/mnt/$t]=$(daemon_pid "$DIR/mnt/$t" mergerfs)
+            PATH_OF[$t]=$DIR/mnt/$t ;;
+        mirrorfs-1)
+            mkdir -p "$DIR/legA/$t" "$DIR/mnt/$t"
+            "$MIRRORFS" "$DIR/legA/$t" "$DIR/mnt/$t" -o "$(mf_opts "${OPTS[$t]}")"
+            FUSE+=("$DIR/mnt/$t"); PID[$DIR/mnt/$t]=$(daemon_pid "$DIR/mnt/$t" mirrorfs)
+            PATH_OF[$t]=$DIR/mnt/$t ;;
+        *)
+            mkdir -p "$DIR/legA/$t" "$DIR/legB/$t" "$DIR/mnt/$t"
+            "$MIRRORFS" "$DIR/legA/$t:$DIR/legB/$t" "$DIR/mnt/$t" -o "$(mf_opts "${OPTS[$t]}")"
+            FUSE+=("$DIR/mnt/$t"); PID[$DIR/mnt/$t]=$(daemon_pid "$DIR/mnt/$t" mirrorfs)
+            PATH_OF[$t]=$DIR/mnt/$t ;;
+    esac
+done
+for m in "${FUSE[@]}"; do [ -n "${PID[$m]}" ] || die "no daemon pid found for $m"; done
+
+# ------------------------------------------------------------------------------ measuring
+
+declare -A VAL=()  # row,target -> figure ("fail" when the workload failed)
+FAILS=()
+ROWS=()
+declare -A LABEL=() UNIT=()
+row() { ROWS+=("$1"); LABEL[$1]=$2; UNIT[$1]=$3; }
+row tar        "tar extract of /usr/include ($NENT entries)" "entries/s"
+row find_cold  "find -printf, cold"                          "entries/s"
+row find_warm  "find -printf, warm"                          "entries/s"
+row ls_cold    "ls -lR, cold"                                "entries/s"
+row ls_warm    "ls -lR x3, warm"                             "entries/s"
+row read_cold  "read $NSMALL small files, cold"              "files/s"
+row read_warm  "read $NSMALL small files, warm"              "files/s"
+row clone      "git clone --no-hardlinks ($NGIT files)"      "s"
+row gst_cold   "git status, cold"                            "s"
+row gst_warm   "git status, warm"                            "s"
+row rm         "rm -rf of the tree"                          "entries/s"
+row seqwrite   "seq 1 MiB write ${MB} MiB + fsync"           "MB/s"
+row seqread    "seq 1 MiB read, O_DIRECT, iodepth 4"         "MB/s"
+row randread   "rand 4 KiB read, O_DIRECT, iodepth 16"       "IOPS"
+
+ELAPSED=0
+timed() { # CMD...: runs it, ELAPSED = its wall time in seconds; returns its status
+    local s=$EPOCHREALTIME rc=0
+    "$@" >/dev/null 2>"$DIR/out" || rc=$?
+    ELAPSED=$(awk -v a="$s" -v b="$EPOCHREALTIME" 'BEGIN { print b - a }')
+    return $rc
+}
+fail() { # ROW TARGET
+    VAL[$1,$2]=fail
+    FAILS+=("$1 on $2: $(head -c 300 "$DIR/out" | tr '\n' ' ')")
+    say "FAILED: ${FAILS[-1]}"
+}
+rate() { # ROW TARGET COUNT: VAL = COUNT / ELAPSED
+    VAL[$1,$2]=$(awk -v n="$3" -v t="$ELAPSED" 'BEGIN { printf "%.0f", n / t }')
+}
+secs() { VAL[$1,$2]=$(awk -v t="$ELAPSED" 'BEGIN { printf "%.3f", t }'); }
+lsx3() { ls -lR "$1" >/dev/null && ls -lR "$1" >/dev/null && ls -lR "$1" >/dev/null; }
+readall() { (cd "$1" && xargs -d '\n' cat <"$DIR/small.list" >/dev/null); }
+gitst() { git -C "$1" status >/dev/null; }
+fio_job() { # ROW TARGET FIO-ARGS...: VAL = MB/s (10^6 B/s) or IOPS
+    local r=$1 t=$2 out; shift 2
+    if out=$(cd "$DIR" && fio --name="$r" --directory="${PATH_OF[$t]}" --output-format=json "$@" 2>"$DIR/out"); then
+        case $r in
+            randread) VAL[$r,$t]=$(jq -r '[.jobs[].read.iops] | add | floor' <<<"$out") ;;
+            *) VAL[$r,$t]=$(jq -r '[.jobs[] | .read.bw_bytes + .write.bw_bytes] | add / 1e5 | floor / 10' <<<"$out") ;;
+        esac
+    else
+        echo "$out" >>"$DIR/out"; fail "$r" "$t"
+    fi
+}
+# Each row runs on every target before the next row starts: the machine's load moves in
+# minutes, so the targets of one row see the same load.
+each() { local t; for t in "${TARGETS[@]}"; do "$@" "$t" "${PATH_OF[$t]}"; done; }
+do_tar() { cat "$DIR/tree.tar" >/dev/null; if timed tar -C "$2" -xf "$DIR/tree.tar"; then rate tar "$1" "$NENT"; else fail tar "$1"; fi; sync; }
+do_find() {
+    drop
+    if timed find "$2/usr/include" -printf '%p %s %m %T@\n'; then rate find_cold "$1" "$NENT"; else fail find_cold "$1"; fi
+    if timed find "$2/usr/include" -printf '%p %s %m %T@\n'; then rate find_warm "$1" "$NENT"; else fail find_warm "$1"; fi
+}
+do_ls() {
+    drop
+    if timed ls -lR "$2/usr/include"; then rate ls_cold "$1" "$NENT"; else fail ls_cold "$1"; fi
+    if timed lsx3 "$2/usr/include"; then rate ls_warm "$1" $((3 * NENT)); else fail ls_warm "$1"; fi
+}
+do_read() {
+    drop
+    if timed readall "$2"; then rate read_cold "$1" "$NSMALL"; else fail read_cold "$1"; fi
+    if timed readall "$2"; then rate read_warm "$1" "$NSMALL"; else fail read_warm "$1"; fi
+}
+do_git() {
+    find "$DIR/src.git" -type f -exec cat {} + >/dev/null # the source warm, for every target
+    if timed git clone -q --no-hardlinks "$DIR/src.git" "$2/repo"; then secs clone "$1"; else fail clone "$1"; fi
+    sync; drop
+    if timed gitst "$2/repo"; then secs gst_cold "$1"; else fail gst_cold "$1"; fi
+    if timed gitst "$2/repo"; then secs gst_warm "$1"; else fail gst_warm "$1"; fi
+}
+do_rm() { if timed rm -rf "$2/usr"; then rate rm "$1" "$NENT"; else fail rm "$1"; fi; rm -rf "$2/repo"; sync; }
+do_seqwrite() { fio_job seqwrite "$1" --rw=write --bs=1M --size="${MB}m" --ioengine=psync --end_fsync=1 --filename=bench.dat; }
+do_seqread() {
+    drop
+    fio_job seqread "$1" --rw=read --bs=1M --size="${MB}m" --ioengine=libaio --iodepth=4 --direct=1 \
+        --time_based --runtime="$RUNTIME" --readonly --filename=bench.dat
+}
+do_randread() {
+    drop
+    fio_job randread "$1" --rw=randread --bs=4k --size="${MB}m" --ioengine=libaio --iodepth=16 --direct=1 \
+        --norandommap --time_based --runtime="$RUNTIME" --readonly --filename=bench.dat
+}
+
+START=$EPOCHSECONDS
+say "targets: ${TARGETS[*]}; tree $NENT entries, $NSMALL small files, git $NGIT files, fio $MB MiB, fio reads $RUNTIME"
+[ -z "$PT_NOTE" ] || say "$PT_NOTE"
+for step in tar find ls read git rm seqwrite seqread randread; do
+    s=$EPOCHSECONDS
+    each "do_$step"
+    say "$step: $((EPOCHSECONDS - s)) s"
+done
+
+# Peak RSS of every FUSE daemon over the whole run, before it is unmounted.
+declare -A HWM=()
+for t in "${TARGETS[@]}"; do
+    [ "$t" = leg ] && continue
+    HWM[$t]=$(awk '/^VmHWM:/ { printf "%.1f", $2 / 1024 }' "/proc/${PID[${PATH_OF[$t]}]}/status" 2>/dev/null || echo "?")
+done
+for m in "${FUSE[@]}"; do fuse_down "$m"; done
+
+# ------------------------------------------------------------------------------ tables
+
+header() {
+    printf "| %-46s | %-9s |" workload unit
+    for t in "${TARGETS[@]}"; do printf " %19s |" "$t"; done
+    printf "\n|%s|%s|" "$(printf -- '-%.0s' $(seq 48))" "$(printf -- '-%.0s' $(seq 11))"
+    for _ in "${TARGETS[@]}"; do printf "%s:|" "$(printf -- '-%.0s' $(seq 20))"; done
+    echo
+}
+fmt() { # a figure: thousands separated when it is a whole number
+    case $1 in
+        fail|n/a|"") echo "${1:-n/a}" ;;
+        *.*) echo "$1" ;;
+        *) sed ':a;s/\B[0-9]\{3\}\>/,&/;ta' <<<"$1" ;;
+    esac
+}
+echo
+echo "## Raw figures ($(date '+%F %T'), $(uname -r), $(nproc) cores; tree $NENT entries, fio file $MB MiB, fio reads ${RUNTIME}$([[ $RUNTIME == *[0-9] ]] && echo " s"))"
+echo
+header
+for r in "${ROWS[@]}"; do
+    printf "| %-46s | %-9s |" "${LABEL[$r]}" "${UNIT[$r]}"
+    for t in "${TARGETS[@]}"; do printf " %19s |" "$(fmt "${VAL[$r,$t]:-}")"; done
+    echo
+done
+printf "| %-46s | %-9s |" "daemon peak RSS (VmHWM, whole run)" "MiB"
+for t in "${TARGETS[@]}"; do printf " %19s |" "${HWM[$t]:--}"; done
+echo
+echo
+echo "## Ratio to the leg read directly (higher is faster; for the seconds rows: leg time / target time)"
+echo
+header
+for r in "${ROWS[@]}"; do
+    printf "| %-46s | %-9s |" "${LABEL[$r]}" "x leg"
+    for t in "${TARGETS[@]}"; do
+        printf " %19s |" "$(awk -v v="${VAL[$r,$t]:-}" -v l="${VAL[$r,leg]:-}" -v s="${UNIT[$r]}" 'BEGIN {
+            if (v !~ /^[0-9.]+$/ || l !~ /^[0-9.]+$/ || v == 0 || l == 0) { print "-"; exit }
+            printf "%.2f", (s == "s" ? l / v : v / l) }')"
+    done
+    echo
+done
+echo
+echo "leg: ext4 on a loop device (direct I/O) used directly; mergerfs $(mergerfs --version 2>/dev/null | sed -n 's/.*version: //p;q')" \
+    "over one leg directory, -o cache.files=partial; mirrorfs-1: one leg; mirrorfs-2: two legs, defaults;" \
+    "mirrorfs-2-nointent: write_intent=off (checksum=off follows). Every mirrorfs: -o $(mf_opts "")."
+[ -z "$PT_NOTE" ] || echo "$PT_NOTE"
+echo "cold: after sync and drop_caches; warm: right after the cold pass. tar and git clone are timed without a final sync."
+
+# ------------------------------------------------------------------------------ MANY
+
+# MANY=N: N empty files (N/1000 directories, at most 1000) created through a fresh 2-leg mirror
+# (MANY_OPTS: its extra options, e.g. write_intent=off, which creates several times faster), then
+# walked; the daemon's RSS after each step. A daemon whose memory follows the number of
+# entries it has seen, and not what the kernel still holds, grows without bound.
+if [ "$MANY" -gt 0 ]; then
+    m=$DIR/mnt/many
+    mkdir -p "$DIR/legA/many" "$DIR/legB/many" "$m"
+    "$MIRRORFS" "$DIR/legA/many:$DIR/legB/many" "$m" -o "$(mf_opts "$MANY_OPTS")"
+    FUSE+=("$m"); PID[$m]=$(daemon_pid "$m" mirrorfs)
+    pid=${PID[$m]}
+    rss() { awk '/^VmRSS:/ { printf "%.1f", $2 / 1024 }' "/proc/$pid/status"; }
+    hwm() { awk '/^VmHWM:/ { printf "%.1f", $2 / 1024 }' "/proc/$pid/status"; }
+    ndirs=$((MANY / 1000)); [ $ndirs -ge 1 ] || ndirs=1; [ $ndirs -le 1000 ] || ndirs=1000
+    per=$(((MANY + ndirs - 1) / ndirs))
+    echo
+    echo "## Daemon memory over $((ndirs * per)) empty files ($ndirs directories of $per), mirrorfs-2, -o $(mf_opts "$MANY_OPTS")"
+    echo
+    echo "| step | entries/s | VmRSS MiB | VmHWM MiB |"
+    echo "|---|---:|---:|---:|"
+    echo "| mounted | | $(rss) | $(hwm) |"
+    made=0; chunk=$(((ndirs + 9) / 10)); s=$EPOCHREALTIME
+    for ((d = 0; d < ndirs; d++)); do
+        mkdir "$m/d$d"
+        (cd "$m/d$d" && seq -f 'f%.0f' 1 "$per" | xargs touch)
+        made=$((made + per + 1))
+        if [ $(((d + 1) % chunk)) -eq 0 ] || [ $((d + 1)) -eq $ndirs ]; then
+            r=$(awk -v n=$made -v a="$s" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", n / (b - a) }')
+            echo "| created $made | $r | $(rss) | $(hwm) |"
+        fi
+    done
+    sync
+    for pass in 1 2; do
+        timed find "$m" -printf '%p %s\n' || die "find over the MANY tree failed"
+        echo "| find #$pass (warm) | $(awk -v n=$made -v t="$ELAPSED" 'BEGIN { printf "%.0f", n / t }') | $(rss) | $(hwm) |"
+    done
+    drop; sleep 2
+    echo "| drop_caches (kernel forgets the inodes) | | $(rss) | $(hwm) |"
+    timed find "$m" -printf '%p %s\n' || die "find over the MANY tree failed"
+    echo "| find #3 (cold) | $(awk -v n=$made -v t="$ELAPSED" 'BEGIN { printf "%.0f", n / t }') | $(rss) | $(hwm) |"
+    fuse_down "$m"
+fi
+
+echo
+echo "elapsed: $((EPOCHSECONDS - START)) s"
+if [ ${#FAILS[@]} -gt 0 ]; then
+    echo "failed measurements:"; printf '  %s\n' "${FAILS[@]}"
+    exit 1
+fi
