@@ -7,8 +7,9 @@
 
 use super::args::{Format, StatusArgs};
 use super::control::{self, EXIT_USAGE};
-use super::format::{human_bytes, human_duration, scan_line};
+use super::format::{human_duration, scan_line};
 use crate::stats::{LegState, MountState, Stats};
+use crate::value::show_size;
 use std::fmt::Write;
 
 /// The report for one mount.
@@ -83,7 +84,7 @@ pub fn render(st: &Stats) -> String {
         let _ = writeln!(
             o,
             " daemon: {} resident, {} CPU{}",
-            human_bytes(d.memory_bytes),
+            show_size(d.memory_bytes),
             human_cpu(d.cpu_us),
             d.threads
                 .map(|t| format!(", {t} threads"))
@@ -153,8 +154,8 @@ pub fn render(st: &Stats) -> String {
             l.write_errors,
             l.checksum_errors,
             rot,
-            human_bytes(l.read_bytes),
-            human_bytes(l.write_bytes),
+            show_size(l.read_bytes),
+            show_size(l.write_bytes),
             share,
             l.path,
             if l.writemostly { "  (writemostly)" } else { "" }
@@ -169,7 +170,7 @@ pub fn render(st: &Stats) -> String {
         for l in &st.legs {
             let space = match (l.size_bytes, l.free_bytes) {
                 (Some(size), Some(free)) => {
-                    format!("{} free of {}", human_bytes(free), human_bytes(size))
+                    format!("{} free of {}", show_size(free), show_size(size))
                 }
                 _ => "size unknown".to_string(),
             };
@@ -239,9 +240,9 @@ pub fn render(st: &Stats) -> String {
             "checksums: {} file(s), {} covered ({} of checksums), {} to do; {} file(s) to \
              commit; {} block(s) verified since the mount{}",
             ig.files_covered,
-            human_bytes(ig.bytes_covered),
-            human_bytes(ig.store_bytes),
-            human_bytes(ig.bytes_pending),
+            show_size(ig.bytes_covered),
+            show_size(ig.store_bytes),
+            show_size(ig.bytes_pending),
             ig.files_pending,
             ig.verified_blocks,
             if ig.crash_resolved > 0 {

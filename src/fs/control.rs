@@ -296,7 +296,10 @@ impl MirrorFs {
                 for leg in self.mirror.legs() {
                     leg.reserve.store(bytes, Ordering::Relaxed);
                 }
-                log::info!("minfreespace: {bytes} bytes on every leg");
+                log::info!(
+                    "minfreespace: {} on every leg",
+                    crate::value::show_size(bytes)
+                );
                 Ok(())
             }
             "resync_speed_max" => {
