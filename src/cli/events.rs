@@ -681,6 +681,7 @@ mod tests {
             legs,
             resync: None,
             scrub: None,
+            last_scrub: None,
             daemon: None,
             integrity: None,
         }

@@ -591,6 +591,7 @@ impl MirrorFs {
                         .collect(),
                 )
             }),
+            last_scrub: self.recovery.last_scrub(),
             integrity: self.integrity_stats(),
             daemon: crate::sys::host::own_process().map(|p| crate::stats::DaemonStats {
                 memory_bytes: p.memory,
