@@ -16,7 +16,8 @@
 #                       /sbin/umount.fuse.mirrorfs (umount waits for the legs to be released), and
 #                       the systemd units of contrib/; DESTDIR is honoured
 #   make uninstall      remove what make install installed (same PREFIX and DESTDIR)
-#   make deb            a .deb of the same files under /usr, in $(TARGET_DIR)/deb (dpkg-deb)
+#   make deb            a .deb of the same files under /usr, in $(TARGET_DIR)/deb (cargo-deb, which
+#                       scripts/install-test-deps.sh installs; the files are listed in Cargo.toml)
 #   make sim            the policy simulator: every read policy on modelled SSD, USB stick and HDD
 #                       legs over the seed workloads, a throughput table (no root, seconds)
 #   make bench          the real benchmark (root): loop devices, cgroup v1 blkio throttles, btrfs
@@ -56,9 +57,14 @@ DEMO_DIR ?=
 TARGET_DIR := $(abspath $(or $(CARGO_TARGET_DIR),target))
 RELEASE_BIN := $(TARGET_DIR)/release/mirrorfs
 BIN ?= $(RELEASE_BIN)
-DEB_ROOT ?= $(TARGET_DIR)/deb/root
 DEB_OUT ?= $(TARGET_DIR)/deb
+# xz, or gz (faster); done by the xz or gzip command (cargo-deb's own gzip takes minutes on the
+# debug binary).
 DEB_COMPRESS ?= xz
+# What the .deb takes that the tree does not hold: the completions, and the binary where
+# cargo-deb looks for it (release/ of the target directory it is given). A fixed place in the
+# repository, since the asset list in Cargo.toml names it.
+DEB_GEN := $(CURDIR)/target/deb-gen
 TEST_BIN := $(TARGET_DIR)/$(PROFILE)/mirrorfs
 
 # In CI: no colours, and every failing test reported, not only the first test binary's.
@@ -167,32 +173,24 @@ uninstall:
 
 deb: build deb-package
 
-# The .deb from BIN: the same files as make install, under /usr (helpers in /usr/sbin, which
-# /sbin is on Debian 12), the man pages gzipped, depending on fuse3. No maintainer scripts: the
+# The .deb from BIN, built by cargo-deb from [package.metadata.deb] in Cargo.toml: the same files
+# as make install-files, under /usr (helpers in /usr/sbin, which /sbin is on Debian 12), the man
+# pages gzipped, depending on fuse3. No maintainer scripts (no systemd-units table either): the
 # units are shipped, not enabled, and nothing is restarted on an upgrade (that would unmount a
-# live mirror).
+# live mirror). BIN is staged as the "release" binary of a target directory of its own, so the
+# package holds exactly BIN (the tests give the binary they built); --no-build, --no-strip: as
+# built (make deb has just built it).
 deb-package:
-	rm -rf "$(DEB_ROOT)"
-	$(MAKE) --no-print-directory install-files DESTDIR="$(DEB_ROOT)" PREFIX=/usr \
-		UMOUNT_HELPER_DIR=/usr/sbin SYSTEMD_UNIT_DIR=/usr/lib/systemd/system BIN="$(BIN)"
-	gzip -9n "$(DEB_ROOT)"/usr/share/man/man8/*.8
-	install -d "$(DEB_ROOT)/DEBIAN"
-	{ echo "Package: mirrorfs"; \
-	  echo "Version: $(VERSION)"; \
-	  echo "Architecture: $$(dpkg --print-architecture)"; \
-	  echo "Maintainer: mirrorfs developers <root@localhost>"; \
-	  echo "Installed-Size: $$(du -sk --exclude=DEBIAN "$(DEB_ROOT)" | cut -f1)"; \
-	  echo "Depends: fuse3, libc6"; \
-	  echo "Section: admin"; \
-	  echo "Priority: optional"; \
-	  echo "Description: FUSE filesystem that mirrors every file onto several directories"; \
-	  echo " mirrorfs keeps every file as a plain file at the same path on several backing"; \
-	  echo " directories (legs), sends every write to all of them and serves each read from"; \
-	  echo " the leg that answers fastest. fstab type mirrorfs or fuse.mirrorfs; systemd"; \
-	  echo " units for a mirror service, a monthly scrub and node_exporter metrics."; \
-	} > "$(DEB_ROOT)/DEBIAN/control"
+	@command -v cargo-deb >/dev/null || { echo "make deb: cargo-deb is missing: scripts/install-test-deps.sh installs it" >&2; exit 1; }
+	rm -rf "$(DEB_GEN)"
+	install -d "$(DEB_GEN)/completions" "$(DEB_GEN)/target/release"
+	"$(BIN)" completions bash > "$(DEB_GEN)/completions/mirrorfs"
+	"$(BIN)" completions zsh > "$(DEB_GEN)/completions/_mirrorfs"
+	"$(BIN)" completions fish > "$(DEB_GEN)/completions/mirrorfs.fish"
+	ln -s "$(abspath $(BIN))" "$(DEB_GEN)/target/release/mirrorfs"
 	install -d "$(DEB_OUT)"
-	dpkg-deb --root-owner-group -Z$(DEB_COMPRESS) --build "$(DEB_ROOT)" "$(DEB_OUT)/mirrorfs_$(VERSION)_$$(dpkg --print-architecture).deb"
+	CARGO_TARGET_DIR="$(DEB_GEN)/target" $(CARGO) deb --no-build --no-strip \
+		--compress-system --compress-type $(DEB_COMPRESS) --output "$(DEB_OUT)/"
 
 doc-tables:
 	MIRRORFS_WRITE_DOCS=1 $(CARGO) test --lib doc_tables_follow_the_table

@@ -2,7 +2,8 @@
 # scripts/install-test-deps.sh: installs everything mirrorfs's tests need on a Debian 12 machine
 # that has only a Rust toolchain: the Debian packages (FUSE, attr/acl, fio, rsync, sqlite3, a C
 # compiler, mkfs tools, python3...), pjdfstest and fsx from crates.io into /usr/local/bin (so that
-# user nobody can run them too; /root is mode 700), and rustfmt and clippy. Idempotent: what is
+# user nobody can run them too; /root is mode 700), cargo-deb (what `make deb` builds the .deb
+# with), and rustfmt and clippy. Idempotent: what is
 # there already is kept. `make test` and `.ci/run` both run it.
 #
 # Needs root (apt-get, /usr/local). MIRRORFS_NO_INSTALL=1 skips it (the tests then fail, with
@@ -18,10 +19,10 @@ export DEBIAN_FRONTEND=noninteractive
 # Debian packages. libc6-dev: headers for the C build and the /usr/include that tar/rsync copy;
 # psmisc: fuser(1); python3-prometheus-client: a real exposition-format parser for the
 # metrics test; systemd: systemd-analyze verify for the units under contrib/; man-db: man -l on
-# the generated man pages; mergerfs: the other FUSE filesystem bench/datapath.sh (make
-# bench-smoke) measures mirrorfs against.
+# the generated man pages; xz-utils: the .deb's compression (make deb); mergerfs: the other
+# FUSE filesystem bench/datapath.sh (make bench-smoke) measures mirrorfs against.
 packages=(fuse3 attr acl fio rsync sqlite3 git make gcc libc6-dev psmisc ca-certificates
-    e2fsprogs util-linux btrfs-progs jq python3
+    e2fsprogs util-linux btrfs-progs jq python3 xz-utils
     python3-prometheus-client systemd man-db bash mergerfs)
 missing=()
 for p in "${packages[@]}"; do
@@ -37,7 +38,8 @@ fi
 modprobe fuse 2>/dev/null || true
 [ -c /dev/fuse ] || { echo "install-test-deps: /dev/fuse is missing" >&2; exit 1; }
 
-# The test tools from crates.io, at the versions the external checks were written against.
+# The test tools from crates.io, at the versions the external checks were written against, and
+# cargo-deb at the version the .deb's metadata in Cargo.toml was written for.
 cargo_tool() { # NAME VERSION
     if [ "$(/usr/local/bin/"$1" -V 2>/dev/null)" = "$1 $2" ]; then
         echo "install-test-deps: $1 $2 present"
@@ -48,6 +50,7 @@ cargo_tool() { # NAME VERSION
 }
 cargo_tool pjdfstest 0.2.2
 cargo_tool fsx 0.3.2
+cargo_tool cargo-deb 3.8.0
 if command -v rustup >/dev/null 2>&1; then
     rustup component add rustfmt clippy 2>&1 | grep -v 'is up to date' || true
 fi

@@ -6,6 +6,9 @@
 //! version; a change in meaning moves [`STATS_VERSION`].
 
 pub use crate::leg::LegState;
+/// The last scrub's record, as kept on the legs (`meta/scrub_record.rs`): the document's
+/// `last_scrub`.
+pub use crate::meta::scrub_record::ScrubRecord as LastScrub;
 use serde::{Deserialize, Serialize};
 
 /// The format's version, the document's first field.
@@ -39,6 +42,10 @@ pub struct Stats {
     pub resync: Option<ScanStats>,
     /// Scrub progress, when a scrub is running or has run since the mount.
     pub scrub: Option<ScanStats>,
+    /// How the last scrub that ended (since the mount or before it: kept on the legs) ended;
+    /// null if no scrub is on record.
+    #[serde(default)]
+    pub last_scrub: Option<LastScrub>,
     /// Checksums (`-o checksum`); null when off.
     #[serde(default)]
     pub integrity: Option<IntegrityStats>,

@@ -34,7 +34,7 @@ fn status_of_a_healthy_mount(n: usize) {
             line.contains("ONLINE") && line.contains(&path_str(m.leg(i))),
             "{line}"
         );
-        assert!(line.contains("1.0M"), "leg{i} wrote 1 MiB: {line}");
+        assert!(line.contains(" 1M "), "leg{i} wrote 1 MiB: {line}");
     }
 
     let out = run_mirrorfs(&[OsString::from("status"), "--json".into(), m.mnt().into()]);
@@ -163,12 +163,14 @@ fn iostat_reports() {
     for i in 0..3 {
         let lines = leg_lines(&s, i);
         assert_eq!(lines.len(), 1, "one line for leg{i}:\n{s}");
-        // leg  read/s  write/s  rMB/s  wMB/s ...: every leg wrote since the mount.
+        // leg  read/s  write/s  rbytes/s  wbytes/s ...: every leg wrote since the mount; the
+        // rate is a size as `status` writes them (`1.2M`).
         let cols: Vec<&str> = lines[0].split_whitespace().collect();
-        let wmb: f64 = cols[4].parse().unwrap();
+        let wrate = mirrorfs::value::size(cols[4])
+            .unwrap_or_else(|e| panic!("wbytes/s of leg{i} is not a size ({e}): {}", lines[0]));
         assert!(
-            wmb > 0.0,
-            "wMB/s of leg{i} after a 4 MiB write: {}",
+            wrate > 0 && cols[4].ends_with(['B', 'K', 'M', 'G']),
+            "wbytes/s of leg{i} after a 4 MiB write: {}",
             lines[0]
         );
         assert!(lines[0].ends_with("ONLINE"), "{}", lines[0]);
@@ -299,6 +301,103 @@ fn get_set_list() {
         let got = text(&cmd(&["get", k]).stdout);
         assert_eq!(got.trim_end_matches('\n'), *v, "get {k} vs list");
     }
+    m.finish();
+}
+
+/// Sizes: `get` and `list` print them for people (`1.5G`), in the syntax `set` takes back, so
+/// what was printed can be given again and means the same; `--bytes` prints exact counts, as
+/// the keys (getfattr) hold them.
+#[test]
+fn sizes_are_printed_for_people_and_taken_back() {
+    require_fuse!();
+    let m = TestMirror::new(2).option("minfreespace=1.5 GiB").mount();
+    let mnt: OsString = m.mnt().into();
+    let cmd = |args: &[&str]| {
+        let mut v: Vec<OsString> = vec![args[0].into()];
+        let (flags, rest): (Vec<&str>, Vec<&str>) =
+            args[1..].iter().partition(|a| a.starts_with("--"));
+        v.extend(flags.iter().map(OsString::from));
+        v.push(mnt.clone());
+        v.extend(rest.iter().map(OsString::from));
+        let out = run_mirrorfs(&v);
+        assert_exit(&out, 0, &format!("{args:?}"));
+        text(&out.stdout).trim_end_matches('\n').to_string()
+    };
+    let raw = |key: &str| {
+        let v = get_xattr(m.mnt().join(".mirrorfs"), &format!("user.mirrorfs.{key}")).unwrap();
+        String::from_utf8(v).unwrap()
+    };
+    // The mount option, in the IEC spelling with a space: 1.5 GiB exactly.
+    assert_eq!(cmd(&["get", "minfreespace"]), "1.5G");
+    assert_eq!(cmd(&["get", "--bytes", "minfreespace"]), "1610612736");
+    assert_eq!(raw("minfreespace"), "1610612736");
+    assert_eq!(cmd(&["get", "resync_speed_max"]), "0B");
+
+    // Every spelling the parser takes, through `set`, and what `get` then prints.
+    for (given, shown, bytes) in [
+        ("50M", "50M", 52_428_800u64),
+        ("512KiB", "512K", 524_288),
+        ("2048", "2K", 2048),
+        ("1000", "1000B", 1000),
+        ("0.25g", "256M", 268_435_456),
+        ("1.18G", "1.18G", 1_267_015_352),
+        ("12345678", "11.8M", 12_345_678),
+    ] {
+        cmd(&["set", "resync_speed_max", given]);
+        assert_eq!(cmd(&["get", "resync_speed_max"]), shown, "set {given}");
+        assert_eq!(
+            cmd(&["get", "--bytes", "resync_speed_max"]),
+            bytes.to_string(),
+            "set {given}"
+        );
+        assert_eq!(raw("resync_speed_max"), bytes.to_string());
+        // What `get` printed, given back, prints the same.
+        cmd(&["set", "resync_speed_max", shown]);
+        assert_eq!(
+            cmd(&["get", "resync_speed_max"]),
+            shown,
+            "set {shown} again"
+        );
+    }
+
+    // `list` prints sizes the same way, and exact counts with --bytes.
+    let list = cmd(&["list"]);
+    assert!(list.lines().any(|l| l == "minfreespace=1.5G"), "{list}");
+    assert!(
+        list.lines().any(|l| l == "resync_speed_max=11.8M"),
+        "{list}"
+    );
+    let list = cmd(&["list", "--bytes"]);
+    assert!(
+        list.lines().any(|l| l == "minfreespace=1610612736"),
+        "{list}"
+    );
+
+    // A size `get` never prints is refused, and nothing changes.
+    for bad in ["1.5", "1GB", "-1G", "1.5.2G"] {
+        let out = run_mirrorfs(&[
+            OsString::from("set"),
+            mnt.clone(),
+            "minfreespace".into(),
+            bad.into(),
+        ]);
+        assert_exit(&out, 1, &format!("set minfreespace {bad}"));
+        assert!(text(&out.stderr).contains("invalid value"), "{bad}");
+    }
+    assert_eq!(cmd(&["get", "minfreespace"]), "1.5G");
+
+    // The status text writes sizes the same way; the JSON document keeps byte counts.
+    fs::write(m.path("f"), pattern(3 << 20, 1)).unwrap();
+    let out = run_mirrorfs(&[OsString::from("status"), mnt.clone()]);
+    let s = text(&out.stdout);
+    assert!(
+        s.lines()
+            .any(|l| l.trim_start().starts_with("leg0 ") && l.contains(" 3M ")),
+        "status does not show 3M written on leg0:\n{s}"
+    );
+    let out = run_mirrorfs(&[OsString::from("status"), "--json".into(), mnt.clone()]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["legs"][0]["reserve_bytes"], 1_610_612_736u64);
     m.finish();
 }
 

@@ -266,6 +266,157 @@ fn exposition_shows_states_errors_bytes_space_and_scrub() {
     setfattr_ok(&m.mnt().join(".mirrorfs"), FAULT, "clear");
 }
 
+/// The scrub's state in the statistics, once it is no longer running.
+#[track_caller]
+fn last_scrub_when_over(mnt: &Path) -> Value {
+    let start = std::time::Instant::now();
+    loop {
+        let st = status_json(mnt);
+        if st["scrub"]["state"] != "running" && !st["last_scrub"].is_null() {
+            return st["last_scrub"].clone();
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(120),
+            "the scrub did not end: {st}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+#[track_caller]
+fn status_json(mnt: &Path) -> Value {
+    let out = run_mirrorfs(["status".as_ref(), "--json".as_ref(), mnt.as_os_str()]);
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("status --json: {e}: {}", text(&out.stdout)))
+}
+
+#[track_caller]
+fn status_text(mnt: &Path) -> String {
+    text(&run_mirrorfs(["status".as_ref(), mnt.as_os_str()]).stdout)
+}
+
+/// The last scrub outlives the mount (operators alert on "no scrub for 35 days"): its end and
+/// outcome are kept on the legs and shown after a remount, in the statistics (`last_scrub`),
+/// in `mirrorfs status` and in the metrics; a cancelled scrub is shown as such and keeps the
+/// end of the last one that went through everything.
+#[test]
+fn the_last_scrub_outlives_the_mount() {
+    require_fuse!();
+    if !parser_available() {
+        return;
+    }
+    let mut m = TestMirror::new(2).mount();
+    let mnt = m.mnt().to_string_lossy().into_owned();
+    let ml = [("mount", mnt.as_str())];
+    for i in 0..8 {
+        fs::write(m.path(&format!("f{i}")), pattern(256 * KIB, i)).unwrap();
+    }
+    assert!(status_json(m.mnt())["last_scrub"].is_null());
+    assert!(
+        status_text(m.mnt()).contains("  scrub: none on record"),
+        "{}",
+        status_text(m.mnt())
+    );
+    let f = exposition(m.mnt());
+    assert!(!f.contains_key("mirrorfs_scrub_last_end_timestamp_seconds"));
+
+    // A scrub to its end: on record in memory and on both legs.
+    mirrorfs_ok(&[&"scrub", &"start", &m.mnt()]);
+    wait_scrubbed(m.mnt());
+    let first = last_scrub_when_over(m.mnt());
+    assert_eq!(first["state"], "finished", "{first}");
+    assert_eq!(first["differences"], 0, "{first}");
+    assert_eq!(first["done_entries"], 9, "{first}");
+    let end = first["ended_unix_s"].as_u64().unwrap();
+    assert_eq!(first["last_finished_unix_s"], end, "{first}");
+    for leg in m.legs() {
+        let on_leg: Value = serde_json::from_str(
+            &fs::read_to_string(leg.join(".mirrorfs/last-scrub.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(on_leg, first, "the record on {}", leg.display());
+    }
+
+    // Unmount, mount again: no scrub since this mount, the last one still on record.
+    m.check_and_unmount();
+    m.mount_again(&[]);
+    let st = status_json(m.mnt());
+    assert!(st["scrub"].is_null(), "{st}");
+    assert_eq!(st["last_scrub"], first);
+    let f = exposition(m.mnt());
+    assert_eq!(
+        value(&f, "mirrorfs_scrub_last_end_timestamp_seconds", &ml),
+        end as f64
+    );
+    assert_eq!(
+        value(&f, "mirrorfs_scrub_last_finished_timestamp_seconds", &ml),
+        end as f64
+    );
+    assert_eq!(
+        value(
+            &f,
+            "mirrorfs_scrub_last_state",
+            &[ml[0], ("state", "finished")]
+        ),
+        1.0
+    );
+    assert_eq!(value(&f, "mirrorfs_scrub_last_differences", &ml), 0.0);
+    assert!(
+        !f.contains_key("mirrorfs_scan_state"),
+        "no scan since the mount"
+    );
+    let s = status_text(m.mnt());
+    let local = text(
+        &Command::new("date")
+            .args(["+%Y-%m-%d %H:%M", "-d", &format!("@{end}")])
+            .output()
+            .expect("date(1)")
+            .stdout,
+    );
+    assert!(
+        s.contains(&format!("  scrub: last ended {} (", local.trim()))
+            && s.lines()
+                .any(|l| l.starts_with("  scrub: ") && l.ends_with(": finished, clean")),
+        "{s}"
+    );
+
+    // A scrub cancelled halfway (throttled to 64 KiB/s: 2 MiB take half a minute): on record
+    // as cancelled, with the end of the complete one before it; and so after a remount.
+    mirrorfs_ok(&[&"set", &m.mnt(), &"resync_speed_max", &"64K"]);
+    mirrorfs_ok(&[&"scrub", &"start", &m.mnt()]);
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    mirrorfs_ok(&[&"scrub", &"cancel", &m.mnt()]);
+    let second = last_scrub_when_over(m.mnt());
+    assert_eq!(second["state"], "cancelled", "{second}");
+    assert_eq!(second["last_finished_unix_s"], end, "{second}");
+    m.check_and_unmount();
+    m.mount_again(&[]);
+    assert_eq!(status_json(m.mnt())["last_scrub"], second);
+    let f = exposition(m.mnt());
+    assert_eq!(
+        value(&f, "mirrorfs_scrub_last_end_timestamp_seconds", &ml),
+        second["ended_unix_s"].as_u64().unwrap() as f64
+    );
+    assert_eq!(
+        value(&f, "mirrorfs_scrub_last_finished_timestamp_seconds", &ml),
+        end as f64
+    );
+    for (state, want) in [("finished", 0.0), ("cancelled", 1.0), ("failed", 0.0)] {
+        assert_eq!(
+            value(&f, "mirrorfs_scrub_last_state", &[ml[0], ("state", state)]),
+            want,
+            "{state}"
+        );
+    }
+    let s = status_text(m.mnt());
+    assert!(
+        s.contains(": cancelled after ")
+            && s.contains(&format!("last complete scrub: {}", local.trim())),
+        "{s}"
+    );
+    m.finish();
+}
+
 /// `--output=FILE` (the timer's form): the file holds the exposition, written by rename (no
 /// temporary file left beside it); a mount that cannot be read shows as `mirrorfs_up 0` and
 /// the command still succeeds, so the file goes on saying so.

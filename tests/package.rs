@@ -1,6 +1,8 @@
 //! Packages (issue 14, item 9): `make install` and `make uninstall` (into a DESTDIR) install and
 //! remove the same set of files, leaving nothing; the .deb (`make deb-package`, what `make deb`
-//! runs after the release build) installs on this machine, mounts through an fstab line of type
+//! runs after the release build, through cargo-deb) holds exactly the files `make install-files`
+//! installs under /usr (and the copyright file), has no maintainer scripts, installs on this
+//! machine, mounts through an fstab line of type
 //! `mirrorfs` with `nofail` (mount(8) runs its mount.mirrorfs), serves and answers the stats,
 //! unmounts through its umount.fuse.mirrorfs (which waits for the daemon) in 20 rounds of
 //! `umount MNT` followed at once by the unmount of each leg's disk, and purges leaving nothing. Both use the binary this test run built.
@@ -106,11 +108,37 @@ fn package_installed() -> bool {
         .is_ok_and(|o| text(&o.stdout).contains("install ok installed"))
 }
 
+/// What `make install-files` installs under /usr as the .deb lays it out (helpers in /usr/sbin,
+/// units in /usr/lib/systemd/system), man pages gzipped as Debian wants them: absolute paths.
+fn install_files_under_usr() -> BTreeSet<PathBuf> {
+    let dest = tempfile::tempdir().unwrap();
+    make(&[
+        "install-files".into(),
+        format!("BIN={}", mirrorfs_bin()),
+        format!("DESTDIR={}", dest.path().display()),
+        "PREFIX=/usr".into(),
+        "UMOUNT_HELPER_DIR=/usr/sbin".into(),
+        "SYSTEMD_UNIT_DIR=/usr/lib/systemd/system".into(),
+    ]);
+    files(dest.path())
+        .into_iter()
+        .map(|p| {
+            let p = Path::new("/").join(p);
+            if p.extension().is_some_and(|x| x == "8") {
+                p.with_extension("8.gz")
+            } else {
+                p
+            }
+        })
+        .collect()
+}
+
 #[test]
 fn deb_installs_mounts_from_fstab_and_purges_clean() {
     require_fuse!();
     require_tool!("dpkg-deb");
     require_tool!("make");
+    require_tool!("cargo-deb");
     if package_installed() {
         cannot_run("a mirrorfs package is already installed here; this test would replace it");
         return;
@@ -120,9 +148,8 @@ fn deb_installs_mounts_from_fstab_and_purges_clean() {
         "deb-package".into(),
         format!("BIN={}", mirrorfs_bin()),
         format!("DEB_OUT={}", out_dir.path().display()),
-        format!("DEB_ROOT={}", out_dir.path().join("root").display()),
         // (xz takes most of a minute on the debug binary: a test need not wait for it.)
-        "DEB_COMPRESS=gzip".into(),
+        "DEB_COMPRESS=gz".into(),
     ]);
     let deb = fs::read_dir(out_dir.path())
         .unwrap()
@@ -130,12 +157,47 @@ fn deb_installs_mounts_from_fstab_and_purges_clean() {
         .map(|e| e.path())
         .find(|p| p.extension().is_some_and(|x| x == "deb"))
         .expect("a .deb");
+    assert_eq!(
+        deb.file_name().unwrap().to_string_lossy(),
+        format!(
+            "mirrorfs_{}_{}.deb",
+            env!("CARGO_PKG_VERSION"),
+            text(&run("dpkg", &[&"--print-architecture"], TOOL_TIMEOUT).stdout).trim()
+        )
+    );
     let info = run("dpkg-deb", &[&"-f", &deb, &"Depends"], TOOL_TIMEOUT);
     assert!(
         text(&info.stdout).contains("fuse3"),
         "{}",
         text(&info.stdout)
     );
+    // No maintainer script: nothing enables, starts or restarts a unit (a restart on an
+    // upgrade would unmount a live mirror).
+    let control = text(
+        &run(
+            "sh",
+            &[
+                &"-c",
+                &format!("dpkg-deb --ctrl-tarfile '{}' | tar -t", deb.display()),
+            ],
+            TOOL_TIMEOUT,
+        )
+        .stdout,
+    );
+    let members: Vec<&str> = control
+        .lines()
+        .map(|l| l.trim_start_matches("./"))
+        .filter(|l| !l.is_empty())
+        .collect();
+    assert!(members.contains(&"control"), "{control}");
+    for script in [
+        "preinst", "postinst", "prerm", "postrm", "config", "triggers",
+    ] {
+        assert!(
+            !members.contains(&script),
+            "a {script} in the .deb: {members:?}"
+        );
+    }
     let listing = text(&run("dpkg-deb", &[&"-c", &deb], TOOL_TIMEOUT).stdout);
     // (is a directory, path) for every entry.
     let entries: Vec<(bool, PathBuf)> = listing
@@ -156,6 +218,32 @@ fn deb_installs_mounts_from_fstab_and_purges_clean() {
         assert!(
             entries.iter().any(|(dir, p)| !dir && p == Path::new(want)),
             "{want} not in the .deb:\n{listing}"
+        );
+    }
+    // Exactly what make install-files installs (the two lists are kept in step by this), and
+    // the copyright file every .deb has.
+    let in_deb: BTreeSet<PathBuf> = entries
+        .iter()
+        .filter(|(dir, _)| !dir)
+        .map(|(_, p)| p.clone())
+        .collect();
+    let mut want = install_files_under_usr();
+    want.insert("/usr/share/doc/mirrorfs/copyright".into());
+    assert_eq!(in_deb, want, "the .deb against make install-files");
+    // The packaged binary is the one under test, byte for byte; the helpers are links to it.
+    let unpacked = out_dir.path().join("unpacked");
+    let out = run("dpkg-deb", &[&"-x", &deb, &unpacked], TOOL_TIMEOUT);
+    assert_exit_code(&out, 0, "dpkg-deb -x");
+    assert!(
+        fs::read(unpacked.join("usr/sbin/mirrorfs")).unwrap() == fs::read(mirrorfs_bin()).unwrap(),
+        "the .deb does not hold the binary under test"
+    );
+    for helper in ["mount.mirrorfs", "umount.fuse.mirrorfs", "umount.mirrorfs"] {
+        let link = fs::read_link(unpacked.join("usr/sbin").join(helper)).unwrap();
+        assert!(
+            link == Path::new("mirrorfs") || link == Path::new("/usr/sbin/mirrorfs"),
+            "{helper} -> {}",
+            link.display()
         );
     }
     // Files and symlinks (not directories) the package owns: all gone after the purge.

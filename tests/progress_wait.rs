@@ -101,10 +101,17 @@ fn a_terminal_gets_a_progress_bar() {
     );
     let shown = fs::read_to_string(&log).unwrap_or_default();
     assert_eq!(out.status.code(), Some(0), "{shown}");
-    // The bar: bytes done of the total, a rate, the time left; then the outcome.
+    // The bar: bytes done of the total (6 MiB, written as sizes are: `6M`), a rate, the time
+    // left; then the outcome.
+    let total_shown = shown.split('/').any(|p| {
+        p.split(", ")
+            .next()
+            .and_then(|t| mirrorfs::value::size(t).ok())
+            .is_some_and(|b| (6 * MIB as u64..=6 * MIB as u64 * 101 / 100).contains(&b))
+    });
     assert!(
         shown.contains("resync leg1 [")
-            && shown.contains("/6.0M, ")
+            && total_shown
             && shown.contains("/s, ")
             && shown.contains(" left"),
         "no progress bar in:\n{shown}"

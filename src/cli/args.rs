@@ -106,7 +106,8 @@ pub enum Sub {
     Status(StatusArgs),
     /// Per-leg operations, bandwidth, latency and queue, every INTERVAL seconds
     #[command(
-        long_about = "Per-leg reads and writes per second, MB/s, mean service time of \
+        long_about = "Per-leg reads and writes per second, bytes read and written per \
+                             second (as 18.3M: powers of 1024), mean service time of \
                              small and large reads, and queue depth, every INTERVAL seconds, \
                              COUNT times (once when no interval is given). The first report \
                              covers the time since the mount (or the last stats_reset). MOUNT \
@@ -126,10 +127,16 @@ pub enum Sub {
     /// Print one control key's value
     #[command(
         long_about = "Prints the value of one control key (user.mirrorfs.KEY; the \
-                             prefix may be left out) of the mount, and a newline. 'mirrorfs \
-                             list' shows every key."
+                             prefix may be left out) of the mount, and a newline. Sizes \
+                             (minfreespace, resync_speed_max) are written as 4G, 1.5G, 300M: \
+                             three significant figures at most, powers of 1024, in the form \
+                             'mirrorfs set' and -o take back; --bytes prints the exact number \
+                             of bytes. 'mirrorfs list' shows every key."
     )]
     Get {
+        /// Print sizes as exact byte counts (for scripts), not as 4G.
+        #[arg(short = 'b', long)]
+        bytes: bool,
         /// The mount (or its control file MOUNT/.mirrorfs).
         mount: PathBuf,
         /// The key, e.g. read_policy, state, stats.
@@ -147,7 +154,7 @@ pub enum Sub {
         mount: PathBuf,
         /// The key.
         key: String,
-        /// The new value, in the syntax -o takes.
+        /// The new value, in the syntax -o takes (sizes: 4G, 1.5G, 1.5GiB, 512K, 2048).
         #[arg(allow_hyphen_values = true)]
         value: String,
     },
@@ -155,9 +162,13 @@ pub enum Sub {
     #[command(
         long_about = "Prints every control key of the mount as key=value lines, \
                              without the user.mirrorfs. prefix and without the statistics \
-                             document."
+                             document; sizes as 'mirrorfs get' writes them (--bytes: exact \
+                             byte counts)."
     )]
     List {
+        /// Print sizes as exact byte counts (for scripts), not as 4G.
+        #[arg(short = 'b', long)]
+        bytes: bool,
         /// The mount.
         mount: PathBuf,
     },

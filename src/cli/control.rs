@@ -395,11 +395,37 @@ pub fn notify_test(mount: &Path) -> i32 {
     }
 }
 
-/// `mirrorfs get MOUNT KEY`.
-pub fn get_cmd(mount: &Path, key: &str) -> i32 {
+/// A key's value as `get` and `list` print it: the sizes of the options that take one
+/// (`minfreespace`, `resync_speed_max`; the keys themselves hold byte counts) as
+/// `value::show_size` writes them, which `set` and `-o` read back; with `bytes`, or for any
+/// other key, as the daemon gave it.
+fn shown(key: &str, raw: &[u8], bytes: bool) -> String {
+    let text = String::from_utf8_lossy(raw).into_owned();
+    let key = key.strip_prefix(PREFIX).unwrap_or(key);
+    let is_size = crate::config::table::option(key).is_some_and(|(o, _)| o.form == "SIZE");
+    if bytes || !is_size {
+        return text;
+    }
+    // `N`, or `NAME=N,...` when the legs differ.
+    let one = |item: &str| -> String {
+        let (name, n) = match item.rsplit_once('=') {
+            Some((name, n)) => (Some(name), n),
+            None => (None, item),
+        };
+        match (name, n.parse::<u64>()) {
+            (Some(name), Ok(n)) => format!("{name}={}", crate::value::show_size(n)),
+            (None, Ok(n)) => crate::value::show_size(n),
+            _ => item.to_string(),
+        }
+    };
+    text.split(',').map(one).collect::<Vec<_>>().join(",")
+}
+
+/// `mirrorfs get [--bytes] MOUNT KEY`.
+pub fn get_cmd(mount: &Path, key: &str, bytes: bool) -> i32 {
     match get(mount, key) {
         Ok(v) => {
-            println!("{}", String::from_utf8_lossy(&v));
+            println!("{}", shown(key, &v, bytes));
             0
         }
         Err((code, e)) => {
@@ -436,8 +462,8 @@ pub fn set_cmd(m: &Path, key: &str, value: &str) -> i32 {
     }
 }
 
-/// `mirrorfs list MOUNT`.
-pub fn list_cmd(m: &Path) -> i32 {
+/// `mirrorfs list [--bytes] MOUNT`.
+pub fn list_cmd(m: &Path, bytes: bool) -> i32 {
     let Some(file) = control_file(m) else {
         let (code, e) = not_a_mount(m);
         eprintln!("mirrorfs: {e}");
@@ -461,7 +487,7 @@ pub fn list_cmd(m: &Path) -> i32 {
     }
     for k in keys {
         match get(m, &k) {
-            Ok(v) => println!("{k}={}", String::from_utf8_lossy(&v)),
+            Ok(v) => println!("{k}={}", shown(&k, &v, bytes)),
             Err((_, e)) => eprintln!("mirrorfs: {e}"),
         }
     }
@@ -471,6 +497,29 @@ pub fn list_cmd(m: &Path) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_are_shown_for_people_unless_bytes_are_asked_for() {
+        assert_eq!(shown("minfreespace", b"4294967296", false), "4G");
+        assert_eq!(
+            shown("user.mirrorfs.minfreespace", b"4294967296", false),
+            "4G"
+        );
+        assert_eq!(shown("minfreespace", b"4294967296", true), "4294967296");
+        assert_eq!(
+            shown("minfreespace", b"ssd=1610612736,usb=0", false),
+            "ssd=1.5G,usb=0B"
+        );
+        assert_eq!(shown("resync_speed_max", b"52428800", false), "50M");
+        assert_eq!(shown("resync_speed_max", b"0", false), "0B");
+        // Not sizes: as they are.
+        assert_eq!(shown("threads", b"4096", false), "4096");
+        assert_eq!(shown("pid", b"4096", false), "4096");
+        assert_eq!(
+            shown("read_policy", b"round-robin:256K", false),
+            "round-robin:256K"
+        );
+    }
 
     #[test]
     fn keys_take_or_leave_the_prefix() {

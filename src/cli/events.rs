@@ -335,11 +335,11 @@ impl Watch {
                     name: "below_reserve",
                     severity: Severity::Warning,
                     summary: format!(
-                        "leg {} ({}) has {} bytes free, below its reserve of {}: writes get ENOSPC",
+                        "leg {} ({}) has {} free, below its reserve of {}: writes get ENOSPC",
                         l.name,
                         l.path,
-                        l.free_bytes.unwrap_or(0),
-                        l.reserve_bytes
+                        crate::value::show_size(l.free_bytes.unwrap_or(0)),
+                        crate::value::show_size(l.reserve_bytes)
                     ),
                     leg: Some(l.name.clone()),
                     vars,
@@ -681,6 +681,7 @@ mod tests {
             legs,
             resync: None,
             scrub: None,
+            last_scrub: None,
             daemon: None,
             integrity: None,
         }

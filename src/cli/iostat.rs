@@ -15,6 +15,11 @@ fn per_s(now: u64, then: u64, secs: f64) -> f64 {
     now.saturating_sub(then) as f64 / secs
 }
 
+/// Bytes per second as sizes are written (`18.3M`).
+fn rate(now: u64, then: u64, secs: f64) -> String {
+    crate::value::show_size(per_s(now, then, secs).round() as u64)
+}
+
 fn ms(us: Option<u64>) -> String {
     us.map(|u| format!("{:.2}", u as f64 / 1000.0))
         .unwrap_or_else(|| "-".into())
@@ -39,8 +44,8 @@ pub fn render(now: &Stats, prev: Option<&Stats>) -> String {
         "leg",
         "read/s",
         "write/s",
-        "rMB/s",
-        "wMB/s",
+        "rbytes/s",
+        "wbytes/s",
         "rlat-sm",
         "rlat-lg",
         "queue",
@@ -57,12 +62,12 @@ pub fn render(now: &Stats, prev: Option<&Stats>) -> String {
             .cloned()
             .unwrap_or_else(|| zero(l));
         o.push_str(&format!(
-            "{:<12} {:>9.1} {:>9.1} {:>9.2} {:>9.2} {:>9} {:>9} {:>6} {:>6}  {}\n",
+            "{:<12} {:>9.1} {:>9.1} {:>9} {:>9} {:>9} {:>9} {:>6} {:>6}  {}\n",
             l.name,
             per_s(l.read_ops, p.read_ops, secs),
             per_s(l.write_ops, p.write_ops, secs),
-            per_s(l.read_bytes, p.read_bytes, secs) / 1e6,
-            per_s(l.write_bytes, p.write_bytes, secs) / 1e6,
+            rate(l.read_bytes, p.read_bytes, secs),
+            rate(l.write_bytes, p.write_bytes, secs),
             ms(l.latency_us.small_read),
             ms(l.latency_us.large_read),
             l.inflight,

@@ -69,9 +69,9 @@ pub fn run(argv: Vec<std::ffi::OsString>) -> i32 {
                 .flatten()
                 .collect::<Vec<_>>(),
         ),
-        Sub::Get { mount, key } => control::get_cmd(&mount, &key),
+        Sub::Get { mount, key, bytes } => control::get_cmd(&mount, &key, bytes),
         Sub::Set { mount, key, value } => control::set_cmd(&mount, &key, &value),
-        Sub::List { mount } => control::list_cmd(&mount),
+        Sub::List { mount, bytes } => control::list_cmd(&mount, bytes),
         Sub::Scrub(ScrubCmd::Start {
             mount,
             repair,

@@ -2,8 +2,9 @@
 //! the bytes (or entries) done, the rate and the time left (indicatif); otherwise (a service's
 //! journal, a pipe) a plain line a minute. The last line is the job's outcome.
 
-use super::format::{human_bytes, human_duration, scan_line};
+use super::format::{human_duration, scan_line};
 use crate::stats::{JobState, ScanStats};
+use crate::value::show_size;
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
@@ -56,12 +57,12 @@ fn message(s: &ScanStats) -> String {
     if s.total_bytes > 0 {
         format!(
             "{}/{}, {}/s, {left} left",
-            human_bytes(s.done_bytes),
-            human_bytes(s.total_bytes),
-            human_bytes(s.rate)
+            show_size(s.done_bytes),
+            show_size(s.total_bytes),
+            show_size(s.rate)
         )
     } else {
-        format!("{}/s, {left} left", human_bytes(s.rate))
+        format!("{}/s, {left} left", show_size(s.rate))
     }
 }
 

@@ -227,7 +227,32 @@ pub fn render(mounts: &[(String, Result<Stats, String>)]) -> String {
     let mut scrub_end = fam(
         "mirrorfs_scrub_last_end_timestamp_seconds",
         "gauge",
-        "When the last scrub since the mount ended, Unix time",
+        "When the last scrub ended, Unix time (kept on the legs across mounts)",
+    );
+    let mut scrub_finished = fam(
+        "mirrorfs_scrub_last_finished_timestamp_seconds",
+        "gauge",
+        "When the last scrub that went through every entry ended, Unix time (kept across mounts)",
+    );
+    let mut scrub_last_state = fam(
+        "mirrorfs_scrub_last_state",
+        "gauge",
+        "1 for how the last scrub ended: finished, cancelled or failed",
+    );
+    let mut scrub_last_differences = fam(
+        "mirrorfs_scrub_last_differences",
+        "gauge",
+        "Differences the last scrub found",
+    );
+    let mut scrub_last_repaired = fam(
+        "mirrorfs_scrub_last_repaired",
+        "gauge",
+        "Differences the last scrub repaired",
+    );
+    let mut scrub_last_errors = fam(
+        "mirrorfs_scrub_last_errors",
+        "gauge",
+        "Entries the last scrub could not read or repair",
     );
 
     for (mount, st) in mounts {
@@ -367,10 +392,37 @@ pub fn render(mounts: &[(String, Result<Stats, String>)]) -> String {
                 .push((sl.clone(), s.started_unix_s as f64));
             if let Some(end) = scan_end(s) {
                 scan_end_f.samples.push((sl, end as f64));
-                if kind == "scrub" {
+                // A daemon from before `last_scrub` (an upgrade does not restart it): this
+                // mount's scrub is the last one known.
+                if kind == "scrub" && st.last_scrub.is_none() {
                     scrub_end.samples.push((ml.clone(), end as f64));
                 }
             }
+        }
+        if let Some(r) = &st.last_scrub {
+            scrub_end.samples.push((ml.clone(), r.ended_unix_s as f64));
+            if let Some(t) = r.last_finished_unix_s {
+                scrub_finished.samples.push((ml.clone(), t as f64));
+            }
+            let ended: Option<JobState> = r.state.parse().ok();
+            for (name, on) in [
+                ("finished", ended == Some(JobState::Finished)),
+                ("cancelled", ended == Some(JobState::Cancelled)),
+                ("failed", matches!(ended, Some(JobState::Failed(_)))),
+            ] {
+                scrub_last_state
+                    .samples
+                    .push((labels(&[("mount", m), ("state", name)]), flag(on)));
+            }
+            scrub_last_differences
+                .samples
+                .push((ml.clone(), r.differences as f64));
+            scrub_last_repaired
+                .samples
+                .push((ml.clone(), r.repaired as f64));
+            scrub_last_errors
+                .samples
+                .push((ml.clone(), r.errors as f64));
         }
     }
 
@@ -410,6 +462,11 @@ pub fn render(mounts: &[(String, Result<Stats, String>)]) -> String {
         scan_start,
         scan_end_f,
         scrub_end,
+        scrub_finished,
+        scrub_last_state,
+        scrub_last_differences,
+        scrub_last_repaired,
+        scrub_last_errors,
     ] {
         if f.samples.is_empty() {
             continue;

@@ -7,8 +7,9 @@
 
 use super::args::{Format, StatusArgs};
 use super::control::{self, EXIT_USAGE};
-use super::format::{human_bytes, human_duration, scan_line};
-use crate::stats::{LegState, MountState, Stats};
+use super::format::{human_duration, scan_line};
+use crate::stats::{LastScrub, LegState, MountState, Stats};
+use crate::value::show_size;
 use std::fmt::Write;
 
 /// The report for one mount.
@@ -83,7 +84,7 @@ pub fn render(st: &Stats) -> String {
         let _ = writeln!(
             o,
             " daemon: {} resident, {} CPU{}",
-            human_bytes(d.memory_bytes),
+            show_size(d.memory_bytes),
             human_cpu(d.cpu_us),
             d.threads
                 .map(|t| format!(", {t} threads"))
@@ -103,6 +104,14 @@ pub fn render(st: &Stats) -> String {
     for (i, s) in scans.iter().enumerate() {
         let _ = writeln!(o, "{}{s}", if i == 0 { "   scan: " } else { "         " });
     }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let _ = writeln!(
+        o,
+        "  scrub: {}",
+        last_scrub_line(st.last_scrub.as_ref(), now)
+    );
     let _ = writeln!(o, " config:\n");
     let picks: u64 = st.legs.iter().map(|l| l.policy_picks).sum();
     let name_w = st
@@ -153,8 +162,8 @@ pub fn render(st: &Stats) -> String {
             l.write_errors,
             l.checksum_errors,
             rot,
-            human_bytes(l.read_bytes),
-            human_bytes(l.write_bytes),
+            show_size(l.read_bytes),
+            show_size(l.write_bytes),
             share,
             l.path,
             if l.writemostly { "  (writemostly)" } else { "" }
@@ -169,7 +178,7 @@ pub fn render(st: &Stats) -> String {
         for l in &st.legs {
             let space = match (l.size_bytes, l.free_bytes) {
                 (Some(size), Some(free)) => {
-                    format!("{} free of {}", human_bytes(free), human_bytes(size))
+                    format!("{} free of {}", show_size(free), show_size(size))
                 }
                 _ => "size unknown".to_string(),
             };
@@ -239,9 +248,9 @@ pub fn render(st: &Stats) -> String {
             "checksums: {} file(s), {} covered ({} of checksums), {} to do; {} file(s) to \
              commit; {} block(s) verified since the mount{}",
             ig.files_covered,
-            human_bytes(ig.bytes_covered),
-            human_bytes(ig.store_bytes),
-            human_bytes(ig.bytes_pending),
+            show_size(ig.bytes_covered),
+            show_size(ig.store_bytes),
+            show_size(ig.bytes_pending),
             ig.files_pending,
             ig.verified_blocks,
             if ig.crash_resolved > 0 {
@@ -252,6 +261,48 @@ pub fn render(st: &Stats) -> String {
         );
     }
     o
+}
+
+/// The last scrub on record (kept on the legs across mounts), for the `scrub:` line: when it
+/// ended, how long ago, and how: `last ended 2026-12-01 20:10 (3d 02h 00m ago): finished,
+/// clean`; for one that did not go through every entry, when the last one that did ended.
+fn last_scrub_line(r: Option<&LastScrub>, now: u64) -> String {
+    let Some(r) = r else {
+        return "none on record (mirrorfs scrub start MOUNT)".into();
+    };
+    let when = |t: u64| {
+        format!(
+            "{} ({} ago)",
+            crate::sys::local_minute(t),
+            human_duration(now.saturating_sub(t))
+        )
+    };
+    let errors = if r.errors > 0 {
+        format!(", {} errors", r.errors)
+    } else {
+        String::new()
+    };
+    let outcome = if r.finished() {
+        match (r.differences, r.repaired) {
+            (0, _) if r.errors == 0 => "finished, clean".to_string(),
+            (d, rep) if rep >= d => format!("finished, {d} differences, all repaired{errors}"),
+            (d, rep) => format!(
+                "finished, {d} differences, {rep} repaired, {} LEFT (mirrorfs scrub status){errors}",
+                d - rep
+            ),
+        }
+    } else {
+        format!(
+            "{} after {} entries ({}), {} differences, {} repaired{errors}; last complete scrub: {}",
+            r.state,
+            r.done_entries,
+            show_size(r.done_bytes),
+            r.differences,
+            r.repaired,
+            r.last_finished_unix_s.map_or("none".into(), when)
+        )
+    };
+    format!("last ended {}: {outcome}", when(r.ended_unix_s))
 }
 
 /// CPU time: `850ms`, `12.3s`, `1h 02m 03s`.
@@ -384,4 +435,73 @@ pub fn run(args: StatusArgs) -> i32 {
         }
     }
     worst
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(state: &str, differences: u64, repaired: u64) -> LastScrub {
+        LastScrub {
+            state: state.into(),
+            legs: vec!["leg0".into(), "leg1".into()],
+            started_unix_s: 1_799_999_940,
+            ended_unix_s: 1_800_000_000,
+            done_entries: 9,
+            done_bytes: 3 << 20,
+            differences,
+            repaired,
+            errors: 0,
+            last_finished_unix_s: (state == "finished").then_some(1_800_000_000),
+        }
+    }
+
+    #[test]
+    fn the_last_scrub_line_says_when_and_how() {
+        let day = 86_400;
+        let now = 1_800_000_000 + 3 * day;
+        assert_eq!(
+            last_scrub_line(None, now),
+            "none on record (mirrorfs scrub start MOUNT)"
+        );
+        let clean = last_scrub_line(Some(&record("finished", 0, 0)), now);
+        assert!(
+            clean.starts_with(&format!(
+                "last ended {} (3d 00h 00m ago): ",
+                crate::sys::local_minute(1_800_000_000)
+            )) && clean.ends_with("finished, clean"),
+            "{clean}"
+        );
+        let repaired = last_scrub_line(Some(&record("finished", 2, 2)), now);
+        assert!(
+            repaired.ends_with("finished, 2 differences, all repaired"),
+            "{repaired}"
+        );
+        let left = last_scrub_line(Some(&record("finished", 2, 1)), now);
+        assert!(left.contains("2 differences, 1 repaired, 1 LEFT"), "{left}");
+        // Cancelled: when the last complete one ended, or that none did.
+        let mut c = record("cancelled", 0, 0);
+        let cancelled = last_scrub_line(Some(&c), now);
+        assert!(
+            cancelled.contains(": cancelled after 9 entries (3M), 0 differences")
+                && cancelled.ends_with("; last complete scrub: none"),
+            "{cancelled}"
+        );
+        c.last_finished_unix_s = Some(1_800_000_000 - 30 * day);
+        let cancelled = last_scrub_line(Some(&c), now);
+        assert!(cancelled.ends_with("(33d 00h 00m ago)"), "{cancelled}");
+    }
+
+    #[test]
+    fn local_minutes_are_dates() {
+        // 1970-01-12 13:47 UTC: the 11th, 12th or 13th in any time zone.
+        let t = crate::sys::local_minute(1_000_060);
+        let b = t.as_bytes();
+        assert_eq!(b.len(), 16, "{t}");
+        assert!(
+            t.starts_with("1970-01-1") || t.starts_with("1970-01-12"),
+            "{t}"
+        );
+        assert_eq!((b[4], b[7], b[10], b[13]), (b'-', b'-', b' ', b':'), "{t}");
+    }
 }

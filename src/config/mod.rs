@@ -379,8 +379,11 @@ mod tests {
             ("entry_timeout", &[][..]),
             ("write_intent", &[][..]),
             ("checksum", &[][..]),
-            ("minfreespace", &["4294967297", "9999999999999"][..]),
-            ("resync_speed_max", &["4294967297", "9999999999999"][..]),
+            ("minfreespace", &["4294967297", "9999999999999", "1 G"][..]),
+            (
+                "resync_speed_max",
+                &["4294967297", "9999999999999", "1 G"][..],
+            ),
         ] {
             for v in HOSTILE.iter().filter(|v| !ok.contains(v)) {
                 assert!(

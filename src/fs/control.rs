@@ -296,7 +296,10 @@ impl MirrorFs {
                 for leg in self.mirror.legs() {
                     leg.reserve.store(bytes, Ordering::Relaxed);
                 }
-                log::info!("minfreespace: {bytes} bytes on every leg");
+                log::info!(
+                    "minfreespace: {} on every leg",
+                    crate::value::show_size(bytes)
+                );
                 Ok(())
             }
             "resync_speed_max" => {
@@ -588,6 +591,7 @@ impl MirrorFs {
                         .collect(),
                 )
             }),
+            last_scrub: self.recovery.last_scrub(),
             integrity: self.integrity_stats(),
             daemon: crate::sys::host::own_process().map(|p| crate::stats::DaemonStats {
                 memory_bytes: p.memory,

@@ -6,7 +6,6 @@
 
 use super::META_DIR;
 use serde::{Deserialize, Serialize};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// The format's version; a leg with a newer one is refused.
@@ -97,25 +96,9 @@ impl LegSuperblock {
 
     /// Writes the superblock atomically, creating `.mirrorfs/` if needed.
     pub fn write(&self, leg_root: &Path) -> std::io::Result<()> {
-        let dir = leg_root.join(META_DIR);
-        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(e),
-        }
-        let tmp = dir.join(format!("{FILE_NAME}.tmp"));
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(serde_json::to_string_pretty(self)?.as_bytes())?;
-        f.write_all(b"\n")?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, dir.join(FILE_NAME))?;
-        std::fs::File::open(&dir)?.sync_all()
+        let mut text = serde_json::to_string_pretty(self)?;
+        text.push('\n');
+        super::write_atomic(leg_root, FILE_NAME, text.as_bytes())
     }
 }
 

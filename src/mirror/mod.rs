@@ -167,9 +167,11 @@ impl Mirror {
             // A leg we cannot even measure will fail the write itself, and be dealt with there.
             if let Ok(false) = leg.take_space(need, reserve) {
                 log::info!(
-                    "leg {} ('{}'): {need} more bytes would cross the {reserve}-byte reserve: ENOSPC",
+                    "leg {} ('{}'): {} more would cross its reserve of {}: ENOSPC",
                     l,
-                    leg.path().display()
+                    leg.path().display(),
+                    crate::value::show_size(need),
+                    crate::value::show_size(reserve)
                 );
                 return Err(Errno::ENOSPC);
             }

@@ -40,7 +40,7 @@ impl ReadPolicy for RoundRobin {
     fn name(&self) -> String {
         match self.run {
             None => "round-robin".to_string(),
-            Some(n) => format!("round-robin:{}", crate::value::show_size(n)),
+            Some(n) => format!("round-robin:{}", crate::value::show_size_exact(n)),
         }
     }
 
@@ -98,13 +98,16 @@ mod tests {
             ("round-robin:262144", "round-robin:256K"),
             ("round-robin:1M", "round-robin:1M"),
             ("round-robin:4k", "round-robin:4K"),
+            ("round-robin:1.5M", "round-robin:1.5M"),
+            ("round-robin:64 KiB", "round-robin:64K"),
+            ("round-robin:1234567", "round-robin:1234567B"),
         ] {
             assert_eq!(
                 super::super::by_name_among(spec, &legs).unwrap().name(),
                 name
             );
         }
-        for bad in ["", "0", "4095", "-5", "2G", "1.5M", "1e9", "inf"] {
+        for bad in ["", "0", "4095", "-5", "2G", "1.5", "1e9", "inf"] {
             let spec = format!("round-robin:{bad}");
             assert!(
                 super::super::by_name_among(&spec, &legs).is_none(),

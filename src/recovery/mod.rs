@@ -69,6 +69,8 @@ pub struct Recovery {
     mount: PathBuf,
     resync: Mutex<Option<Arc<ResyncJob>>>,
     scrub: Mutex<Option<Arc<ScrubJob>>>,
+    /// The last scrub that ended, this mount's or (read from the legs at mount) an earlier one.
+    last_scrub: Mutex<Option<crate::meta::scrub_record::ScrubRecord>>,
     /// Checksums for the files without (`backfill.rs`).
     backfill: Mutex<Option<Arc<backfill::BackfillJob>>>,
     /// Bytes per second a resync or scrub may read or write; 0 = unlimited.
@@ -91,7 +93,15 @@ impl Recovery {
             skip_root_names: crate::meta::foreign_root_names(hide_lost_found),
             ..TreeOptions::default()
         };
+        let in_sync: Vec<PathBuf> = mirror
+            .in_sync_legs()
+            .into_iter()
+            .map(|l| mirror.leg(l).path())
+            .collect();
+        let last_scrub =
+            crate::meta::scrub_record::ScrubRecord::newest(in_sync.iter().map(PathBuf::as_path));
         Arc::new(Recovery {
+            last_scrub: Mutex::new(last_scrub),
             mirror,
             objects,
             tree,
@@ -128,6 +138,11 @@ impl Recovery {
     /// The checksum stamps of the objects `inos` (see [`LiveObjects::stamp`]).
     pub fn stamp(&self, inos: &[u64]) {
         self.objects.stamp(inos);
+    }
+
+    /// The record of the last scrub that ended, since the mount or before it.
+    pub fn last_scrub(&self) -> Option<crate::meta::scrub_record::ScrubRecord> {
+        self.last_scrub.lock().clone()
     }
 
     /// At unmount: the running resync and scrub stop.

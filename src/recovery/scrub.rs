@@ -16,6 +16,7 @@
 use super::{scan_stats, spawn_job, Outcome, Recovery};
 use crate::errno::{refuse, Errno, Result};
 use crate::leg::LegIdx;
+use crate::meta::scrub_record::ScrubRecord;
 use crate::mirror::Mirror;
 use crate::stats::{JobState, ScanStats};
 use crate::tree::{self, Control, Difference, EntryHook, Progress};
@@ -449,6 +450,56 @@ impl Recovery {
                 JobState::Failed(e.to_string())
             }
         };
+        // On record before the state says it is over, so whoever sees it over sees its record.
+        self.record_scrub(job, &state);
         *job.state.lock() = state;
+    }
+
+    /// Keeps how the scrub `job` ended (`state`): in memory, and on every leg it compared that
+    /// is still in sync (`.mirrorfs/last-scrub.json`), so that the next mounts know when the
+    /// mirror was last scrubbed. A leg that cannot take it is logged, nothing more: the record
+    /// only ever says when a scrub ran.
+    fn record_scrub(&self, job: &ScrubJob, state: &JobState) {
+        let names = job
+            .legs
+            .iter()
+            .map(|&l| self.mirror.leg(l).name.clone())
+            .collect();
+        let s = scan_stats(&job.progress, state, names);
+        // The end as the scrub's own figures say it (what `mirrorfs_scan_end_timestamp_seconds`
+        // shows); now, for a scrub that failed before it started counting.
+        let now = if s.started_unix_s > 0 {
+            s.started_unix_s + s.elapsed_s
+        } else {
+            crate::sys::now_timespec().tv_sec.max(0) as u64
+        };
+        let mut last = self.last_scrub.lock();
+        let previous = last.as_ref().and_then(|r| r.last_finished_unix_s);
+        let finished = s.state == JobState::Finished;
+        let record = ScrubRecord {
+            state: s.state.to_string(),
+            legs: s.legs,
+            started_unix_s: s.started_unix_s,
+            ended_unix_s: now,
+            done_entries: s.done_entries,
+            done_bytes: s.done_bytes,
+            differences: s.differences,
+            repaired: s.repaired,
+            errors: s.errors,
+            last_finished_unix_s: if finished { Some(now) } else { previous },
+        };
+        for &l in &job.legs {
+            let leg = self.mirror.leg(l);
+            if leg.state() != crate::leg::LegState::InSync {
+                continue;
+            }
+            if let Err(e) = record.write(&leg.path()) {
+                log::warn!(
+                    "scrub: cannot keep its record on leg {l} ('{}'): {e}",
+                    leg.path().display()
+                );
+            }
+        }
+        *last = Some(record);
     }
 }

@@ -87,6 +87,25 @@ pub fn now_timespec() -> libc::timespec {
     ts
 }
 
+/// Unix time `unix_s` in the local time zone, to the minute: `2026-12-01 20:10`.
+pub fn local_minute(unix_s: u64) -> String {
+    let t = libc::time_t::try_from(unix_s).unwrap_or(libc::time_t::MAX);
+    // SAFETY: an all-zero tm is a valid value for localtime_r to overwrite.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: both pointers are valid for the call; localtime_r is thread-safe.
+    if unsafe { libc::localtime_r(&t, &mut tm) }.is_null() {
+        return format!("@{unix_s}");
+    }
+    format!(
+        "{:04}-{:02}-{:02} {:02}:{:02}",
+        i64::from(tm.tm_year) + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min
+    )
+}
+
 /// 16 random bytes from the kernel, as lowercase hex (array and leg identities).
 pub fn random_hex_id() -> String {
     let mut buf = [0u8; 16];

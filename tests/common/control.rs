@@ -95,6 +95,7 @@ pub const MOUNT_FIELDS: &[&str] = &[
     "legs",
     "resync",
     "scrub",
+    "last_scrub",
     "integrity",
     "daemon",
 ];
@@ -184,7 +185,7 @@ pub fn assert_every_field(v: &Value, n_legs: usize) {
             v[f]
         );
     }
-    for f in ["resync", "scrub"] {
+    for f in ["resync", "scrub", "last_scrub"] {
         assert!(
             v[f].is_null() || v[f].is_object(),
             "stats field {f} is neither null nor an object: {}",

@@ -1033,6 +1033,32 @@ impl Mounted {
         );
     }
 
+    /// Mounts the same legs on the same mount point again, after [`Mounted::unmount`] (or
+    /// [`Mounted::check_and_unmount`]), with `options`; panics with mirrorfs's stderr if that
+    /// fails.
+    #[track_caller]
+    pub fn mount_again(&mut self, options: &[&str]) {
+        assert!(!self.mounted, "{} is still mounted", self.mnt().display());
+        let mut args: Vec<OsString> =
+            vec![self.dirs.legs_arg().into(), self.dirs.mnt.clone().into()];
+        if !options.is_empty() {
+            args.push("-o".into());
+            args.push(options.join(",").into());
+        }
+        let out = run_mirrorfs(&args);
+        assert!(
+            out.status.success(),
+            "mirrorfs {args:?} failed again: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        self.mounted = is_mounted(&self.dirs.mnt);
+        self.pids = daemon_pids(&self.dirs.mnt);
+        assert!(
+            self.mounted,
+            "mirrorfs {args:?} exited 0 but nothing is mounted"
+        );
+    }
+
     /// The closing checks of every operation test: no `.mirrorfs` leak, legs identical while
     /// mounted, clean unmount, legs identical after unmount.
     #[track_caller]
