@@ -67,6 +67,9 @@ for r in $(seq "$ROUNDS"); do
                 randwrite) args=(--rw=randwrite --bs=4k --size=${MB}m --ioengine=psync --numjobs=4 --time_based --runtime="$RUNTIME" --end_fsync=1 --filename=seq) ;;
             esac
             read -r bw iops < <(fio_job "$job" "${args[@]}")
+            # Each run's figure too: the machine's noise shows in their spread.
+            awk -v r="$r" -v m="$mode" -v j="$job" -v bw="$bw" -v io="$iops" \
+                'BEGIN { printf "round %d  checksum=%-3s  %-9s %10.1f MB/s %10.0f IOPS\n", r, m, j, bw / 1e6, io }'
             sum[$job,$mode,bw]=$(awk -v a="${sum[$job,$mode,bw]:-0}" -v b="$bw" 'BEGIN { print a + b }')
             sum[$job,$mode,iops]=$(awk -v a="${sum[$job,$mode,iops]:-0}" -v b="$iops" 'BEGIN { print a + b }')
             if [ "$job" = seqwrite ] && [ "$mode" = on ]; then
