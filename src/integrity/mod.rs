@@ -663,6 +663,8 @@ impl FileSums {
         short: bool,
     ) -> io::Result<Verdict> {
         debug_assert_eq!(offset % sum::BLOCK, 0);
+        // Hashed before the lock is taken: concurrent reads of one file hash in parallel.
+        let got = sum::sums_of(data);
         let mut st = self.state.lock();
         if st.deleted {
             return Ok(Verdict::Unknown);
@@ -670,10 +672,10 @@ impl FileSums {
         let first = offset / sum::BLOCK;
         let mut bad = Vec::new();
         let mut n = 0u64;
-        for (i, b) in data.chunks(sum::BLOCK as usize).enumerate() {
+        for (i, s) in got.iter().enumerate() {
             let block = first + i as u64;
             let (c, k) = chunk_of(block);
-            if self.load(ig, &mut st, c)?[k] != sum::sum(b) {
+            if self.load(ig, &mut st, c)?[k] != *s {
                 bad.push(block);
             }
             n += 1;
