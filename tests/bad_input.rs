@@ -22,10 +22,16 @@ fn p2s(p: &Path) -> String {
 }
 
 /// Put the same small tree on a leg.
+/// The same small tree on every leg it is called for, with fixed file mtimes: two writes of
+/// one file on two legs can fall in different clock ticks, and the first mount compares mtimes.
 fn populate(leg: &Path) {
     fs::create_dir_all(leg.join("dir/sub")).unwrap();
-    fs::write(leg.join("dir/file"), b"content").unwrap();
-    fs::write(leg.join("top"), b"top").unwrap();
+    let when = std::time::UNIX_EPOCH + Duration::from_secs(1_600_000_000);
+    for (rel, data) in [("dir/file", &b"content"[..]), ("top", &b"top"[..])] {
+        fs::write(leg.join(rel), data).unwrap();
+        let f = fs::File::options().write(true).open(leg.join(rel)).unwrap();
+        f.set_modified(when).unwrap();
+    }
 }
 
 /// Run mirrorfs with `args`; assert the rejection contract. `watch` are the directories
