@@ -131,6 +131,8 @@ fn exposition_shows_states_errors_bytes_space_and_scrub() {
     let mnt = mnt.as_str();
     let data = pattern(300 * KIB, 7);
     fs::write(m.path("f"), &data).unwrap();
+    // Read from the legs, not from the kernel's cache, which kept what was written.
+    drop_cached_pages(&m.path("f"));
     assert_bytes_eq(&fs::read(m.path("f")).unwrap(), &data, "read back");
 
     let f = exposition(m.mnt());

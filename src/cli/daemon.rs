@@ -11,7 +11,7 @@ use super::validate::{validate, Validated};
 use super::Args;
 use crate::config::MountConfig;
 use crate::fs::{FsConfig, MirrorFs};
-use crate::fuse::{CacheTimeouts, MirrorFuse};
+use crate::fuse::{KernelNotifier, MirrorFuse};
 use crate::leg::{Leg, LegState};
 use crate::meta::array::{ArrayPlan, PlannedLeg};
 use crate::sys;
@@ -228,21 +228,27 @@ fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), Stri
             }
         }
     }
-    let ttl = CacheTimeouts {
-        attr: p.config.attr_timeout,
-        entry: p.config.entry_timeout(),
-    };
+    let cache = p.config.kernel_cache();
     let fuse_config = p.config.fuser_config();
     let mountpoint = p.checked.mountpoint.clone();
-    let mut session =
-        fuser::Session::new(MirrorFuse::new(fs.clone(), ttl), &mountpoint, &fuse_config).map_err(
-            |e| {
-                fail(
-                    &mut ready,
-                    format!("cannot mount on '{}': {e}", mountpoint.display()),
-                )
-            },
-        )?;
+    let mut session = fuser::Session::new(
+        MirrorFuse::new(fs.clone(), cache),
+        &mountpoint,
+        &fuse_config,
+    )
+    .map_err(|e| {
+        fail(
+            &mut ready,
+            format!("cannot mount on '{}': {e}", mountpoint.display()),
+        )
+    })?;
+    if let Err(e) = fs.start_kernel_notices(Box::new(KernelNotifier(session.notifier()))) {
+        let _ = session.unmount();
+        return Err(fail(
+            &mut ready,
+            format!("cannot start the kernel notice thread: {e}"),
+        ));
+    }
     if let Err(e) = p.plan.commit() {
         let _ = session.unmount();
         return Err(fail(&mut ready, e));

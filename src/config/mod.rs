@@ -27,8 +27,10 @@ pub struct MountConfig {
     pub threads: usize,
     /// Source name shown in /proc/mounts. Default: the leg list.
     pub fsname: Option<String>,
-    /// How long the kernel caches attributes. Default 1 s.
-    pub attr_timeout: Duration,
+    /// What the kernel may keep between requests (`cache=`). Default: everything.
+    pub cache: CacheMode,
+    /// How long the kernel caches attributes, when given (see [`MountConfig::attr_timeout`]).
+    pub attr_timeout: Option<Duration>,
     /// How long the kernel caches names, when given (see [`MountConfig::entry_timeout`]).
     pub entry_timeout: Option<Duration>,
     /// The read policy's name.
@@ -68,6 +70,71 @@ pub struct MountConfig {
     pub notify_interval: Duration,
 }
 
+/// What the kernel may keep between requests (`-o cache=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CacheMode {
+    /// mirrorfs is the only writer of its legs: the kernel keeps attributes, names (present
+    /// and absent), file data, listings and symlink targets until mirrorfs says otherwise.
+    Full,
+    /// Other programs also write the legs: attributes and names for 1 s, no absent names, no
+    /// listings; file data until a refreshed attribute shows another mtime or size.
+    Shared,
+    /// Nothing beyond one request: every stat and every open asks the daemon.
+    Off,
+}
+
+impl CacheMode {
+    pub fn parse(v: &str) -> Result<CacheMode, String> {
+        match v {
+            "full" => Ok(CacheMode::Full),
+            "shared" => Ok(CacheMode::Shared),
+            "off" => Ok(CacheMode::Off),
+            _ => Err("full, shared or off".into()),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CacheMode::Full => "full",
+            CacheMode::Shared => "shared",
+            CacheMode::Off => "off",
+        }
+    }
+
+    /// How long attributes and names stay cached unless given.
+    fn timeout(self) -> Duration {
+        match self {
+            CacheMode::Full => FULL_CACHE_TIMEOUT,
+            CacheMode::Shared => Duration::from_secs(1),
+            CacheMode::Off => Duration::ZERO,
+        }
+    }
+}
+
+/// Attributes and names under `cache=full`: a day. The kernel drops them sooner under memory
+/// pressure, and whenever a request through the mount or a notice from mirrorfs says so.
+pub const FULL_CACHE_TIMEOUT: Duration = Duration::from_secs(86_400);
+
+/// What the kernel may cache (the FUSE adapter applies it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelCache {
+    pub attr: Duration,
+    pub entry: Duration,
+    /// How long a name that is not there stays known as absent (0: not cached).
+    pub negative: Duration,
+    /// Keep a file's cached data when it is opened again (FOPEN_KEEP_CACHE).
+    pub keep_data: bool,
+    /// Drop a file's cached data when a refreshed attribute shows another mtime or size
+    /// (FUSE_AUTO_INVAL_DATA).
+    pub inval_data_on_change: bool,
+    /// Keep directory listings (FOPEN_CACHE_DIR).
+    pub listings: bool,
+    /// Keep symlink targets (FUSE_CACHE_SYMLINKS).
+    pub symlinks: bool,
+    /// Keep POSIX ACLs, and check access with them (FUSE_POSIX_ACL).
+    pub acls: bool,
+}
+
 impl Default for MountConfig {
     fn default() -> Self {
         MountConfig {
@@ -75,7 +142,8 @@ impl Default for MountConfig {
             default_permissions: true,
             threads: 8,
             fsname: None,
-            attr_timeout: Duration::from_secs(1),
+            cache: CacheMode::Full,
+            attr_timeout: None,
             entry_timeout: None,
             read_policy: "auto".to_string(),
             read_only: false,
@@ -246,13 +314,37 @@ impl MountConfig {
         self.checksum.unwrap_or(self.write_intent)
     }
 
-    /// How long the kernel caches names: as given, else 1 s, and 0 when the daemon checks
-    /// access itself (`no_default_permissions`).
+    /// How long the kernel caches attributes: as given, else as `cache=` says.
+    pub fn attr_timeout(&self) -> Duration {
+        self.attr_timeout.unwrap_or(self.cache.timeout())
+    }
+
+    /// How long the kernel caches names: as given, else as `cache=` says, and 0 when the
+    /// daemon checks access itself (`no_default_permissions`).
     pub fn entry_timeout(&self) -> Duration {
         match (self.entry_timeout, self.default_permissions) {
             (Some(t), _) => t,
-            (None, true) => Duration::from_secs(1),
+            (None, true) => self.cache.timeout(),
             (None, false) => Duration::ZERO,
+        }
+    }
+
+    /// What the kernel may cache, in full.
+    pub fn kernel_cache(&self) -> KernelCache {
+        let full = self.cache == CacheMode::Full;
+        let entry = self.entry_timeout();
+        KernelCache {
+            attr: self.attr_timeout(),
+            entry,
+            // A name that is not there stays unknown as long as one that is stays known; not
+            // at all when others may create names on the legs.
+            negative: if full { entry } else { Duration::ZERO },
+            keep_data: self.cache != CacheMode::Off,
+            inval_data_on_change: self.cache == CacheMode::Shared,
+            listings: full,
+            symlinks: full,
+            // The kernel enforces and caches ACLs itself; it needs `default_permissions`.
+            acls: full && self.default_permissions,
         }
     }
 
@@ -307,7 +399,7 @@ mod tests {
     fn defaults_and_values() {
         let c = parse(&["threads=4,attr_timeout=0.5", "ro,no_default_permissions"]).unwrap();
         assert_eq!(c.threads, 4);
-        assert_eq!(c.attr_timeout, Duration::from_millis(500));
+        assert_eq!(c.attr_timeout(), Duration::from_millis(500));
         assert!(c.read_only);
         assert!(!c.default_permissions);
         assert_eq!(c.read_policy, "auto");
@@ -462,10 +554,60 @@ mod tests {
     fn no_default_permissions_caches_no_names() {
         let c = parse(&["no_default_permissions"]).unwrap();
         assert_eq!(c.entry_timeout(), Duration::ZERO);
-        assert_eq!(parse(&[]).unwrap().entry_timeout(), Duration::from_secs(1));
+        assert_eq!(c.kernel_cache().negative, Duration::ZERO);
+        assert_eq!(parse(&[]).unwrap().entry_timeout(), FULL_CACHE_TIMEOUT);
         let c = parse(&["no_default_permissions,entry_timeout=0"]).unwrap();
         assert_eq!(c.entry_timeout(), Duration::ZERO);
         let e = parse(&["no_default_permissions,entry_timeout=2"]).unwrap_err();
         assert!(e[0].starts_with("entry_timeout must be 0"), "{e:?}");
+    }
+
+    #[test]
+    fn cache_modes_say_what_the_kernel_keeps() {
+        let full = parse(&[]).unwrap().kernel_cache();
+        assert_eq!(
+            full,
+            KernelCache {
+                attr: FULL_CACHE_TIMEOUT,
+                entry: FULL_CACHE_TIMEOUT,
+                negative: FULL_CACHE_TIMEOUT,
+                keep_data: true,
+                inval_data_on_change: false,
+                listings: true,
+                symlinks: true,
+                acls: true,
+            }
+        );
+        let shared = parse(&["cache=shared"]).unwrap().kernel_cache();
+        let second = Duration::from_secs(1);
+        assert_eq!(
+            (shared.attr, shared.entry, shared.negative),
+            (second, second, Duration::ZERO)
+        );
+        assert!(shared.keep_data && shared.inval_data_on_change);
+        assert!(!shared.listings && !shared.symlinks);
+        let off = parse(&["cache=off"]).unwrap().kernel_cache();
+        assert_eq!(
+            (off.attr, off.entry, off.negative),
+            (Duration::ZERO, Duration::ZERO, Duration::ZERO)
+        );
+        assert!(!off.keep_data && !off.listings && !off.symlinks);
+        // Given timeouts win over the mode's; absent names follow names under `full`.
+        let c = parse(&["attr_timeout=5,entry_timeout=2"])
+            .unwrap()
+            .kernel_cache();
+        assert_eq!(
+            (c.attr, c.entry, c.negative),
+            (
+                Duration::from_secs(5),
+                Duration::from_secs(2),
+                Duration::from_secs(2)
+            )
+        );
+        let e = parse(&["cache=always"]).unwrap_err();
+        assert_eq!(
+            e,
+            vec!["invalid value for 'cache': 'always' (full, shared or off)".to_string()]
+        );
     }
 }

@@ -234,23 +234,36 @@ pub static OPTIONS: &[OptionSpec] = &[
         show: |c| c.fsname.clone().unwrap_or_default(),
     },
     OptionSpec {
+        name: "cache",
+        opposite: None,
+        form: "full|shared|off",
+        default: "full",
+        live: false,
+        doc: "what the kernel keeps: `full` when only mirrorfs writes the legs; `shared` when other programs write them too (1 s); `off` (see Caching)",
+        apply: |c, g| {
+            c.cache = super::CacheMode::parse(text(g)?)?;
+            Ok(())
+        },
+        show: |c| c.cache.name().into(),
+    },
+    OptionSpec {
         name: "attr_timeout",
         opposite: None,
         form: "S",
-        default: "1",
+        default: "86400 (`cache=shared`: 1, `off`: 0)",
         live: false,
         doc: "seconds the kernel caches attributes",
         apply: |c, g| {
-            c.attr_timeout = value::seconds(text(g)?)?;
+            c.attr_timeout = Some(value::seconds(text(g)?)?);
             Ok(())
         },
-        show: |c| secs(c.attr_timeout),
+        show: |c| secs(c.attr_timeout()),
     },
     OptionSpec {
         name: "entry_timeout",
         opposite: None,
         form: "S",
-        default: "1 (0 with `no_default_permissions`)",
+        default: "as `attr_timeout` (0 with `no_default_permissions`)",
         live: false,
         doc: "seconds the kernel caches names; must be 0 with `no_default_permissions`",
         apply: |c, g| {

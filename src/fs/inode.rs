@@ -591,6 +591,13 @@ impl InodeTable {
             .collect()
     }
 
+    /// The number of the live inode that `id` is an identity of, if any.
+    pub fn live_number(&self, id: &Identity) -> Option<u64> {
+        let inner = self.inner.lock();
+        let ino = *inner.identity.get(id)?;
+        inner.live.contains_key(&ino).then_some(ino)
+    }
+
     /// How many inodes are live (the root included).
     pub fn live_count(&self) -> usize {
         self.inner.lock().live.len()

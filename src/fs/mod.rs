@@ -17,6 +17,7 @@ mod checksums;
 mod control;
 mod data;
 mod dir;
+pub mod kernel;
 mod live;
 mod namespace;
 mod xattr;

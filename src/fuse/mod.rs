@@ -4,7 +4,9 @@
 //! knowledge lives here. Operations mirrorfs does not implement are listed at the end with the
 //! errno userspace expects.
 
+use crate::config::KernelCache;
 use crate::errno::{Errno, Result};
+use crate::fs::kernel::Notify;
 use crate::fs::{Caller, MirrorFs, SetAttr, TimeSpec, XattrReply};
 use fuser::{
     AccessFlags, BsdFileFlags, CopyFileRangeFlags, FileHandle, Filesystem, FopenFlags, Generation,
@@ -14,27 +16,33 @@ use fuser::{
 };
 use std::ffi::OsStr;
 use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Largest read and write request: 1 MiB.
 const MAX_IO: u32 = 1 << 20;
 
-/// How long the kernel may cache what we answer.
-#[derive(Clone, Copy, Debug)]
-pub struct CacheTimeouts {
-    pub attr: Duration,
-    pub entry: Duration,
-}
-
 /// `fuser::Filesystem` over [`MirrorFs`].
 pub struct MirrorFuse {
     fs: std::sync::Arc<MirrorFs>,
-    ttl: CacheTimeouts,
+    cache: KernelCache,
 }
 
 impl MirrorFuse {
-    pub fn new(fs: std::sync::Arc<MirrorFs>, ttl: CacheTimeouts) -> MirrorFuse {
-        MirrorFuse { fs, ttl }
+    pub fn new(fs: std::sync::Arc<MirrorFs>, cache: KernelCache) -> MirrorFuse {
+        MirrorFuse { fs, cache }
+    }
+
+    /// The flags of a file open: what the kernel keeps of it.
+    fn file_open_flags(&self, flags: i32) -> FopenFlags {
+        let mut f = FopenFlags::empty();
+        if self.cache.keep_data {
+            f |= FopenFlags::FOPEN_KEEP_CACHE;
+        }
+        // A read-only open has nothing to flush (its mtimes are aligned only after writes).
+        if flags & libc::O_ACCMODE == libc::O_RDONLY {
+            f |= FopenFlags::FOPEN_NOFLUSH;
+        }
+        f
     }
 }
 
@@ -114,6 +122,56 @@ fn reply_xattr(reply: ReplyXattr, op: &str, r: Result<XattrReply>) {
     })
 }
 
+impl MirrorFuse {
+    /// The flags of a directory open: whether the kernel keeps its listing.
+    fn dir_open_flags(&self) -> FopenFlags {
+        match self.cache.listings {
+            true => FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
+            false => FopenFlags::empty(),
+        }
+    }
+}
+
+/// [`Notify`] through `fuser`'s notifier.
+pub struct KernelNotifier(pub fuser::Notifier);
+
+impl Notify for KernelNotifier {
+    fn inval_inode(&self, ino: u64, data: bool) {
+        // Offset -1: the attributes only; 0 with length 0: every cached page as well.
+        let offset = if data { 0 } else { -1 };
+        if let Err(e) = self.0.inval_inode(INodeNo(ino), offset, 0) {
+            log::debug!("kernel notice: node {ino}: {e}");
+        }
+    }
+
+    fn inval_entry(&self, parent: u64, name: &OsStr) {
+        if let Err(e) = self.0.inval_entry(INodeNo(parent), name) {
+            log::debug!("kernel notice: name {name:?} in node {parent}: {e}");
+        }
+    }
+}
+
+/// The attributes of a name that is not there (only its node id, 0, counts).
+fn absent() -> fuser::FileAttr {
+    fuser::FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind: fuser::FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 4096,
+        flags: 0,
+    }
+}
+
 impl Filesystem for MirrorFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         if let Err(n) = config.set_max_write(MAX_IO) {
@@ -126,7 +184,19 @@ impl Filesystem for MirrorFuse {
             InitFlags::FUSE_READDIRPLUS_AUTO,
             InitFlags::FUSE_PARALLEL_DIROPS,
             InitFlags::FUSE_ASYNC_DIO,
-        ] {
+        ]
+        .into_iter()
+        .chain(
+            self.cache
+                .symlinks
+                .then_some(InitFlags::FUSE_CACHE_SYMLINKS),
+        )
+        .chain(self.cache.acls.then_some(InitFlags::FUSE_POSIX_ACL))
+        .chain(
+            self.cache
+                .inval_data_on_change
+                .then_some(InitFlags::FUSE_AUTO_INVAL_DATA),
+        ) {
             if let Err(refused) = config.add_capabilities(flag) {
                 log::info!("kernel refused {refused:?}");
             }
@@ -140,8 +210,12 @@ impl Filesystem for MirrorFuse {
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let r = self.fs.lookup(parent.0, name, &caller(req));
+        if r.as_ref().is_err_and(|e| *e == Errno::ENOENT) && !self.cache.negative.is_zero() {
+            // Node id 0 with a timeout: the kernel remembers that the name is not there.
+            return reply.entry(&self.cache.negative, &absent(), Generation(0));
+        }
         reply_or_err!(reply, "lookup", r, |e| reply.entry(
-            &self.ttl.entry,
+            &self.cache.entry,
             &e.attr,
             Generation(0)
         ))
@@ -153,7 +227,7 @@ impl Filesystem for MirrorFuse {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         reply_or_err!(reply, "getattr", self.fs.getattr(ino.0), |a| reply
-            .attr(&self.ttl.attr, &a))
+            .attr(&self.cache.attr, &a))
     }
 
     fn setattr(
@@ -184,7 +258,7 @@ impl Filesystem for MirrorFuse {
             mtime: mtime.map(time_spec),
         };
         let r = self.fs.setattr(ino.0, &set, &caller(req));
-        reply_or_err!(reply, "setattr", r, |a| reply.attr(&self.ttl.attr, &a))
+        reply_or_err!(reply, "setattr", r, |a| reply.attr(&self.cache.attr, &a))
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
@@ -204,7 +278,7 @@ impl Filesystem for MirrorFuse {
     ) {
         let r = self.fs.mknod(parent.0, name, mode, rdev, &caller(req));
         reply_or_err!(reply, "mknod", r, |e| reply.entry(
-            &self.ttl.entry,
+            &self.cache.entry,
             &e.attr,
             Generation(0)
         ))
@@ -221,7 +295,7 @@ impl Filesystem for MirrorFuse {
     ) {
         let r = self.fs.mkdir(parent.0, name, mode, &caller(req));
         reply_or_err!(reply, "mkdir", r, |e| reply.entry(
-            &self.ttl.entry,
+            &self.cache.entry,
             &e.attr,
             Generation(0)
         ))
@@ -251,7 +325,7 @@ impl Filesystem for MirrorFuse {
             .fs
             .symlink(parent.0, link_name, target.as_os_str(), &caller(req));
         reply_or_err!(reply, "symlink", r, |e| reply.entry(
-            &self.ttl.entry,
+            &self.cache.entry,
             &e.attr,
             Generation(0)
         ))
@@ -290,14 +364,14 @@ impl Filesystem for MirrorFuse {
             reply,
             "link",
             self.fs.link(ino.0, newparent.0, newname, &caller(req)),
-            |e| reply.entry(&self.ttl.entry, &e.attr, Generation(0))
+            |e| reply.entry(&self.cache.entry, &e.attr, Generation(0))
         )
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let r = self.fs.open(ino.0, flags.0, &caller(req));
         reply_or_err!(reply, "open", r, |fh| reply
-            .opened(FileHandle(fh), FopenFlags::empty()))
+            .opened(FileHandle(fh), self.file_open_flags(flags.0)))
     }
 
     fn read(
@@ -371,7 +445,7 @@ impl Filesystem for MirrorFuse {
             reply,
             "opendir",
             self.fs.opendir(ino.0, &caller(req)),
-            |fh| reply.opened(FileHandle(fh), FopenFlags::empty())
+            |fh| reply.opened(FileHandle(fh), self.dir_open_flags())
         )
     }
 
@@ -397,7 +471,7 @@ impl Filesystem for MirrorFuse {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        let ttl = self.ttl.entry;
+        let ttl = self.cache.entry;
         let r = self.fs.readdirplus(fh.0, offset, |e| {
             reply.add(
                 e.entry.attr.ino,
@@ -495,11 +569,11 @@ impl Filesystem for MirrorFuse {
     ) {
         let r = self.fs.create(parent.0, name, mode, flags, &caller(req));
         reply_or_err!(reply, "create", r, |v| reply.created(
-            &self.ttl.entry,
+            &self.cache.entry,
             &v.0.attr,
             Generation(0),
             FileHandle(v.1),
-            FopenFlags::empty()
+            self.file_open_flags(flags)
         ))
     }
 

@@ -47,6 +47,17 @@ pub trait ReadLen {
     }
 }
 
+/// What the kernel may have cached of the mirror: told whenever mirrorfs itself changes what
+/// the mount shows, behind the kernel's back (a scrub repair, a new metadata leg). Changes
+/// made through the mount need no notice: the kernel saw them. Set once by the FUSE side
+/// ([`Mirror::set_kernel_view`]); without a mount nothing is told.
+pub trait KernelView: Send + Sync {
+    /// The object at `rel` (its attributes, its data, its name in its parent) may have changed.
+    fn path_changed(&self, rel: &std::path::Path);
+    /// The metadata leg changed: every attribute the mount shows may differ.
+    fn metadata_leg_changed(&self);
+}
+
 /// The legs of one mounted mirror and the machinery to use them together.
 pub struct Mirror {
     legs: Vec<Leg>,
@@ -74,6 +85,8 @@ pub struct Mirror {
     unlisted: std::sync::atomic::AtomicUsize,
     /// The checksums (`-o checksum`).
     integrity: Integrity,
+    /// What is told of changes behind the kernel's back.
+    kernel: std::sync::OnceLock<Box<dyn KernelView>>,
 }
 
 impl Mirror {
@@ -121,6 +134,7 @@ impl Mirror {
             stopping: std::sync::atomic::AtomicBool::new(false),
             barrier: RwLock::new(()),
             unlisted: std::sync::atomic::AtomicUsize::new(0),
+            kernel: std::sync::OnceLock::new(),
         })
     }
 
@@ -186,6 +200,30 @@ impl Mirror {
             .filter(|l| l.is_in_sync())
             .map(|l| l.idx)
             .collect()
+    }
+
+    /// From now on, changes behind the kernel's back are told to `view` (once; later calls
+    /// are ignored).
+    pub fn set_kernel_view(&self, view: Box<dyn KernelView>) {
+        let _ = self.kernel.set(view);
+    }
+
+    /// mirrorfs changed the object at `rel` behind the kernel's back.
+    pub fn kernel_path_changed(&self, rel: &std::path::Path) {
+        if let Some(k) = self.kernel.get() {
+            k.path_changed(rel);
+        }
+    }
+
+    /// Runs `change` (of leg states); tells the kernel when it moved the metadata leg.
+    fn watching_metadata_leg(&self, change: impl FnOnce()) {
+        let before = self.metadata_leg();
+        change();
+        if self.metadata_leg() != before {
+            if let Some(k) = self.kernel.get() {
+                k.metadata_leg_changed();
+            }
+        }
     }
 
     /// The leg whose answers stand for the mirror's metadata (attributes, listings): the first
@@ -255,7 +293,9 @@ impl Mirror {
             );
             return;
         }
-        if !self.legs[leg].set_failed() {
+        let mut dropped = false;
+        self.watching_metadata_leg(|| dropped = self.legs[leg].set_failed());
+        if !dropped {
             return;
         }
         self.integrity.detach(leg);
@@ -450,7 +490,7 @@ impl Mirror {
                  it joins without one (reads from it are verified against the others' store)"
             );
         }
-        self.legs[target].set_state(crate::leg::LegState::InSync);
+        self.watching_metadata_leg(|| self.legs[target].set_state(crate::leg::LegState::InSync));
         let event = Event::Join {
             slot: target,
             id: id.to_string(),

@@ -137,6 +137,10 @@ impl EntryHook for ScrubHook {
             listed.push(format!("/{} ({})", d.path.display(), kinds.join(", ")));
         }
         log::warn!("scrub: /{} differs: {:?}", d.path.display(), d.kinds);
+        if matches!(d.repair, crate::tree::RepairOutcome::Repaired { .. }) {
+            // The copy the mount shows may be one that was overwritten.
+            self.mirror.kernel_path_changed(&d.path);
+        }
     }
 }
 
@@ -306,6 +310,7 @@ fn verify_checksums(mirror: &Mirror, job: &ScrubJob, rel: &Path) -> Result<Check
                     match fix {
                         Ok(_) => {
                             failed[i] = false;
+                            mirror.kernel_path_changed(rel);
                             l.counters.read_repairs.fetch_add(1, Ordering::Relaxed);
                             job.progress.repaired.fetch_add(1, Ordering::Relaxed);
                             format!("repaired from leg {gleg}")

@@ -222,3 +222,13 @@ impl Drop for Remounted {
         }
     }
 }
+
+/// Drops the pages the kernel caches of the file `p` (only that file: tests run in parallel,
+/// and a global drop would empty the other tests' caches).
+pub fn drop_cached_pages(p: &Path) {
+    use std::os::fd::AsRawFd;
+    let f = fs::File::open(p).unwrap();
+    // SAFETY: a valid descriptor; the whole file.
+    let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    assert_eq!(r, 0, "posix_fadvise(DONTNEED) on {}", p.display());
+}
