@@ -16,6 +16,10 @@
 #   MIRRORFS_OPTS=   extra -o options for every mirrorfs mount
 #   MANY=0           N > 0: the memory section, N empty files through a 2-leg mirror
 #   MANY_OPTS=       its extra mirrorfs options (write_intent=off creates several times faster)
+#   ONLY_MANY=1      only the MANY section (no inputs, no other targets, no tables)
+#   MANY_TRIM=1      the MANY section also asks the daemon's malloc to give back its free memory
+#                    (malloc_trim(0) through gdb) after the kernel forgot the inodes, to tell
+#                    memory still in use from memory malloc keeps
 #   DIR=/var/tmp/mirrorfs-datapath, removed at the end unless KEEP=1 (keeps images and inputs)
 #   BENCH_SIZE=tiny or SMOKE=1: MB=16 RUNTIME=500ms ENTRIES=100 NFILES=100 MANY=0 and a 20-file
 #                    repository to clone; every row, in about 40 s
@@ -35,6 +39,9 @@ if [ $tiny = 1 ]; then
 else
     MB=${MB:-1024} RUNTIME=${RUNTIME:-10} ENTRIES=${ENTRIES:-all} NFILES=${NFILES:-3000} MANY=${MANY:-0}
 fi
+ONLY_MANY=${ONLY_MANY:-0}
+MANY_TRIM=${MANY_TRIM:-0}
+[ "$ONLY_MANY" = 0 ] || [ "$MANY" -gt 0 ] || die "ONLY_MANY=1 needs MANY=N"
 DIR=${DIR:-/var/tmp/mirrorfs-datapath}
 DIR=$(mkdir -p "$DIR" && cd "$DIR" && pwd)
 GIT_SRC=${GIT_SRC:-$(git -C "$here" rev-parse --show-toplevel 2>/dev/null || true)}
@@ -45,7 +52,8 @@ MANY_OPTS=${MANY_OPTS:-}
 for t in fio jq mergerfs mkfs.ext4 losetup getfattr git tar; do
     command -v $t >/dev/null || die "needs $t (scripts/install-test-deps.sh)"
 done
-[ -n "$GIT_SRC" ] || die "GIT_SRC: no git repository to clone (set GIT_SRC=/path/to/repo)"
+[ "$MANY_TRIM" = 0 ] || command -v gdb >/dev/null || die "MANY_TRIM=1 needs gdb"
+[ -n "$GIT_SRC" ] || [ "$ONLY_MANY" = 1 ] || die "GIT_SRC: no git repository to clone (set GIT_SRC=/path/to/repo)"
 
 drop() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 
@@ -86,6 +94,7 @@ done
 
 # ------------------------------------------------------------------------------ inputs
 
+if [ "$ONLY_MANY" = 0 ]; then
 # The tree: /usr/include (or its first ENTRIES entries, parents first) as a tar file, and the
 # small files to read (regular files under 64 KiB, the first NFILES in tree order).
 find /usr/include | sort >"$DIR/tree.all"
@@ -127,6 +136,9 @@ else
     PT_NOTE=""
 fi
 rmdir "$DIR/probe0" "$DIR/probe1"
+else
+    TARGETS=() PT_NOTE="" NENT=0 NSMALL=0 NGIT=0
+fi
 
 # ------------------------------------------------------------------------------ legs
 
@@ -286,6 +298,7 @@ do_randread() {
 }
 
 START=$EPOCHSECONDS
+if [ "$ONLY_MANY" = 0 ]; then
 say "targets: ${TARGETS[*]}; tree $NENT entries, $NSMALL small files, git $NGIT files, fio $MB MiB, fio reads $RUNTIME"
 [ -z "$PT_NOTE" ] || say "$PT_NOTE"
 for step in tar find ls read git rm seqwrite seqread randread; do
@@ -349,6 +362,7 @@ echo "leg: ext4 on a loop device (direct I/O) used directly; mergerfs $(mergerfs
     "mirrorfs-2-nointent: write_intent=off (checksum=off follows). Every mirrorfs: -o $(mf_opts "")."
 [ -z "$PT_NOTE" ] || echo "$PT_NOTE"
 echo "cold: after sync and drop_caches; warm: right after the cold pass. tar and git clone are timed without a final sync."
+fi # ONLY_MANY
 
 # ------------------------------------------------------------------------------ MANY
 
@@ -364,14 +378,21 @@ if [ "$MANY" -gt 0 ]; then
     pid=${PID[$m]}
     rss() { awk '/^VmRSS:/ { printf "%.1f", $2 / 1024 }' "/proc/$pid/status"; }
     hwm() { awk '/^VmHWM:/ { printf "%.1f", $2 / 1024 }' "/proc/$pid/status"; }
+    # The daemon's own count of the inodes the kernel holds and of the identities it remembers
+    # ("-" from a daemon whose statistics do not have them).
+    counts() {
+        getfattr --absolute-names --only-values -n user.mirrorfs.stats "$m" 2>/dev/null |
+            jq -r '"\(.daemon.live_inodes // "-") | \(.daemon.known_identities // "-")"' 2>/dev/null || echo "- | -"
+    }
+    line() { echo "| $1 | $2 | $(rss) | $(hwm) | $(counts) |"; }
     ndirs=$((MANY / 1000)); [ $ndirs -ge 1 ] || ndirs=1; [ $ndirs -le 1000 ] || ndirs=1000
     per=$(((MANY + ndirs - 1) / ndirs))
     echo
     echo "## Daemon memory over $((ndirs * per)) empty files ($ndirs directories of $per), mirrorfs-2, -o $(mf_opts "$MANY_OPTS")"
     echo
-    echo "| step | entries/s | VmRSS MiB | VmHWM MiB |"
-    echo "|---|---:|---:|---:|"
-    echo "| mounted | | $(rss) | $(hwm) |"
+    echo "| step | entries/s | VmRSS MiB | VmHWM MiB | live inodes | known identities |"
+    echo "|---|---:|---:|---:|---:|---:|"
+    line mounted ""
     made=0; chunk=$(((ndirs + 9) / 10)); s=$EPOCHREALTIME
     for ((d = 0; d < ndirs; d++)); do
         mkdir "$m/d$d"
@@ -379,18 +400,24 @@ if [ "$MANY" -gt 0 ]; then
         made=$((made + per + 1))
         if [ $(((d + 1) % chunk)) -eq 0 ] || [ $((d + 1)) -eq $ndirs ]; then
             r=$(awk -v n=$made -v a="$s" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", n / (b - a) }')
-            echo "| created $made | $r | $(rss) | $(hwm) |"
+            line "created $made" "$r"
         fi
     done
     sync
     for pass in 1 2; do
         timed find "$m" -printf '%p %s\n' || die "find over the MANY tree failed"
-        echo "| find #$pass (warm) | $(awk -v n=$made -v t="$ELAPSED" 'BEGIN { printf "%.0f", n / t }') | $(rss) | $(hwm) |"
+        line "find #$pass (warm)" "$(awk -v n=$made -v t="$ELAPSED" 'BEGIN { printf "%.0f", n / t }')"
     done
     drop; sleep 2
-    echo "| drop_caches (kernel forgets the inodes) | | $(rss) | $(hwm) |"
+    line "drop_caches (kernel forgets the inodes)" ""
     timed find "$m" -printf '%p %s\n' || die "find over the MANY tree failed"
-    echo "| find #3 (cold) | $(awk -v n=$made -v t="$ELAPSED" 'BEGIN { printf "%.0f", n / t }') | $(rss) | $(hwm) |"
+    line "find #3 (cold)" "$(awk -v n=$made -v t="$ELAPSED" 'BEGIN { printf "%.0f", n / t }')"
+    drop; sleep 2
+    line "drop_caches again" ""
+    if [ "$MANY_TRIM" = 1 ]; then
+        gdb -q -batch -p "$pid" -ex 'call (int) malloc_trim(0)' >/dev/null 2>&1 || say "warning: malloc_trim through gdb failed"
+        line "malloc_trim(0) through gdb" ""
+    fi
     fuse_down "$m"
 fi
 

@@ -117,6 +117,13 @@ pub struct DaemonStats {
     /// is its share of one CPU.
     pub cpu_us: u64,
     pub threads: Option<u64>,
+    /// Inodes the kernel holds (the root included): each keeps its objects on the legs.
+    #[serde(default)]
+    pub live_inodes: Option<u64>,
+    /// Leg objects (`(leg, st_dev, st_ino)`) the inode table maps to inode numbers: those of
+    /// the live inodes, and of at most `fs::inode::REMEMBERED` numbers forgotten or only listed.
+    #[serde(default)]
+    pub known_identities: Option<u64>,
 }
 
 /// The disk under a leg: the filesystem holding the leg's directory.

@@ -598,6 +598,8 @@ impl MirrorFs {
                 virtual_memory_bytes: p.virtual_memory,
                 cpu_us: p.cpu_us,
                 threads: p.threads,
+                live_inodes: Some(self.inodes.live_count() as u64),
+                known_identities: Some(self.inodes.known_count() as u64),
             }),
         }
     }

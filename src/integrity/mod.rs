@@ -71,7 +71,7 @@ pub struct Integrity {
     /// Per leg slot: its store while the leg is in sync.
     stores: RwLock<Vec<Option<Arc<Store>>>>,
     /// Files with checksums in memory, by identity (one object per file).
-    live: Mutex<HashMap<u64, Weak<FileSums>>>,
+    live: Mutex<LiveSums>,
     /// Files with uncommitted changes.
     dirty: Mutex<HashMap<u64, Arc<FileSums>>>,
     /// Held by a commit, and by whoever copies a store file.
@@ -87,6 +87,37 @@ pub struct Integrity {
     /// Stamps not yet committed, per leg slot (None: remove the stamp).
     stamps: Mutex<HashMap<usize, HashMap<u64, Option<Stamp>>>>,
     pub counters: Counters,
+}
+
+/// The files with checksums in memory: a file's entry outlives its checksums (a weak
+/// reference, which also keeps their allocation), so the entries of files no longer in
+/// memory are dropped once the map has doubled since it was last pruned. Without that it
+/// would hold an entry for every file the mount has ever looked at.
+#[derive(Default)]
+struct LiveSums {
+    map: HashMap<u64, Weak<FileSums>>,
+    /// The size at which the map is pruned next.
+    prune_at: usize,
+}
+
+impl LiveSums {
+    fn get(&self, id: &u64) -> Option<&Weak<FileSums>> {
+        self.map.get(id)
+    }
+
+    fn insert(&mut self, id: u64, f: &Arc<FileSums>) {
+        self.map.insert(id, Arc::downgrade(f));
+        if self.map.len() >= self.prune_at {
+            self.map.retain(|_, w| w.strong_count() > 0);
+            self.map.shrink_to_fit();
+            self.prune_at = (2 * self.map.len()).max(1024);
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.map.len()
+    }
 }
 
 /// Why a copy fails its checksums.
@@ -140,7 +171,7 @@ impl Integrity {
         Integrity {
             enabled,
             stores: RwLock::new((0..legs).map(|_| None).collect()),
-            live: Mutex::new(HashMap::new()),
+            live: Mutex::new(LiveSums::default()),
             dirty: Mutex::new(HashMap::new()),
             commit_lock: Mutex::new(()),
             generation: AtomicU64::new(0),
@@ -344,7 +375,7 @@ impl Integrity {
             return Ok(None);
         };
         let f = Arc::new(FileSums::new(id, false, size));
-        live.insert(id, Arc::downgrade(&f));
+        live.insert(id, &f);
         Ok(Some(f))
     }
 
@@ -352,7 +383,7 @@ impl Integrity {
     pub fn new_file(&self, id: u64) -> Arc<FileSums> {
         let f = Arc::new(FileSums::new(id, true, 0));
         f.state.lock().changed = true;
-        self.live.lock().insert(id, Arc::downgrade(&f));
+        self.live.lock().insert(id, &f);
         self.dirty.lock().insert(id, f.clone());
         f
     }
@@ -453,7 +484,7 @@ impl Integrity {
                 Some(f) => f,
                 None => {
                     let f = Arc::new(FileSums::new(id, true, size));
-                    live.insert(id, Arc::downgrade(&f));
+                    live.insert(id, &f);
                     f
                 }
             }
@@ -908,6 +939,25 @@ mod tests {
 
     fn block(byte: u8) -> Vec<u8> {
         vec![byte; BLOCK as usize]
+    }
+
+    #[test]
+    fn entries_of_files_no_longer_in_memory_are_dropped() {
+        let mut live = LiveSums::default();
+        let kept: Vec<_> = (0..3000)
+            .map(|id| Arc::new(FileSums::new(id, true, 0)))
+            .collect();
+        for f in &kept {
+            live.insert(f.id, f);
+        }
+        // A hundred thousand files seen once each, their checksums gone from memory since.
+        for id in 10_000..110_000 {
+            live.insert(id, &Arc::new(FileSums::new(id, true, 0)));
+            assert!(live.len() <= 2 * 3000 + 1024, "{}", live.len());
+        }
+        for f in &kept {
+            assert!(live.get(&f.id).and_then(Weak::upgrade).is_some());
+        }
     }
 
     #[test]

@@ -84,23 +84,31 @@ fn decode(bytes: &[u8]) -> Vec<Sum> {
     v
 }
 
+/// redb's page cache for one store, bytes. Its default (1 GiB) lets the cache follow the store
+/// file, which grows with every file covered: a million files would keep hundreds of MiB per leg
+/// in the daemon.
+const CACHE_BYTES: usize = 16 << 20;
+
 /// Opens (or creates) the database at `path`, with the error kinds [`Store::open`] gives.
 fn open_db(path: &Path) -> io::Result<Database> {
-    Database::create(path).map_err(|e| {
-        use redb::{DatabaseError as D, StorageError as S};
-        let kind = match &e {
-            // Another mirrorfs (or one still unmounting) holds it.
-            D::DatabaseAlreadyOpen | D::LockProtocolMismatch => io::ErrorKind::ResourceBusy,
-            D::UpgradeRequired(_) => io::ErrorKind::Unsupported,
-            D::Storage(S::Io(e)) if e.kind() != io::ErrorKind::UnexpectedEof => e.kind(),
-            // Not a store, or a damaged one: only this may be rebuilt from another leg.
-            _ => io::ErrorKind::InvalidData,
-        };
-        io::Error::new(
-            kind,
-            format!("checksum store '{}': open: {e}", path.display()),
-        )
-    })
+    Database::builder()
+        .set_cache_size(CACHE_BYTES)
+        .create(path)
+        .map_err(|e| {
+            use redb::{DatabaseError as D, StorageError as S};
+            let kind = match &e {
+                // Another mirrorfs (or one still unmounting) holds it.
+                D::DatabaseAlreadyOpen | D::LockProtocolMismatch => io::ErrorKind::ResourceBusy,
+                D::UpgradeRequired(_) => io::ErrorKind::Unsupported,
+                D::Storage(S::Io(e)) if e.kind() != io::ErrorKind::UnexpectedEof => e.kind(),
+                // Not a store, or a damaged one: only this may be rebuilt from another leg.
+                _ => io::ErrorKind::InvalidData,
+            };
+            io::Error::new(
+                kind,
+                format!("checksum store '{}': open: {e}", path.display()),
+            )
+        })
 }
 
 impl Store {
