@@ -167,7 +167,7 @@ impl MirrorFs {
         let legs = self.legs_for(&p);
         self.mirror.check_space(&legs, 0)?;
         let admission = self.handles.admit(legs.len())?;
-        self.will_change(&p);
+        self.will_change_dir(&p);
         // The new file's checksum identity goes on each copy before its attributes are read
         // for the reply, so the ctime the kernel caches is already the final one.
         let id = self.new_checksum_id();
@@ -193,6 +193,8 @@ impl MirrorFs {
         }
         let entry = self.claim_found(found);
         let inode = self.inodes.get(entry.attr.ino.0)?;
+        // Under the directory's cover from birth: its writes need no record of their own.
+        self.created_in(&inode, &p, name);
         if let Some(id) = id {
             self.adopt_new_id(&inode, id, identified);
         }

@@ -278,6 +278,21 @@ impl MirrorFs {
             .will_change(inode.ino, || self.leg_relpath(inode));
     }
 
+    /// As [`will_change`](Self::will_change) for a directory about to get a new entry: see
+    /// [`crate::meta::changes`] (directory covers).
+    fn will_change_dir(&self, dir: &InodeRef) {
+        self.mirror
+            .will_change_dir(dir.ino, || self.leg_relpath(dir));
+    }
+
+    /// `inode` was just created as `name` in `dir` (after [`will_change_dir`](Self::will_change_dir)):
+    /// dirty under the directory's cover.
+    fn created_in(&self, inode: &InodeRef, dir: &InodeRef, name: &OsStr) {
+        self.mirror
+            .changes()
+            .created_in(inode.ino, dir.ino, name.as_bytes());
+    }
+
     /// The path of `inode` relative to the legs' root (`.` for the root), from the metadata
     /// leg; `None` when it has none (deleted while open).
     fn leg_relpath(&self, inode: &InodeRef) -> Option<Vec<u8>> {

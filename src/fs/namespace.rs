@@ -110,7 +110,7 @@ impl MirrorFs {
         let _dir = p.dir_lock.write();
         let legs = self.legs_for(&p);
         self.mirror.check_space(&legs, 0)?;
-        self.will_change(&p);
+        self.will_change_dir(&p);
         let found = self.mirror.fan_out(&legs, what, |leg| {
             let dir = p.fd(leg)?;
             let dir = dir.as_fd();
@@ -129,8 +129,12 @@ impl MirrorFs {
             .map(|(leg, (fd, (st, _)))| (leg, (fd, st)))
             .collect();
         let entry = self.claim_found(found);
-        if let (Some(id), Ok(inode)) = (id, self.inodes.get(entry.attr.ino.0)) {
-            self.adopt_new_id(&inode, id, identified);
+        if let Ok(inode) = self.inodes.get(entry.attr.ino.0) {
+            // Under the directory's cover from birth: its first changes need no record.
+            self.created_in(&inode, &p, name);
+            if let Some(id) = id {
+                self.adopt_new_id(&inode, id, identified);
+            }
         }
         if entry.attr.kind != fuser::FileType::Directory {
             // A directory's mtime moves with every entry; a new node's must match at birth.
@@ -261,9 +265,11 @@ impl MirrorFs {
             let b = np.dir_lock.write();
             (Some(p.dir_lock.write()), Some(b))
         };
-        self.will_change(&p);
+        // The new parent's cover also stands for the moved object's content after a crash
+        // (its ctime moves with the rename), whatever record it had under its old path.
+        self.will_change_dir(&np);
         if parent != newparent {
-            self.will_change(&np);
+            self.will_change(&p);
         }
         let legs: Vec<LegIdx> = self
             .legs_for(&p)

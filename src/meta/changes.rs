@@ -21,8 +21,18 @@
 //! the resync failed, was cancelled or the daemon died halfway, and the log has gained paths
 //! since.
 //!
+//! **Directory covers** (md's bitmap pays one flush per region, not per write): a directory
+//! about to get new entries gets one *cover* record, `/c<T>/<dir path>`, and whatever is
+//! created in it while the cover stands is covered without a record of its own: a `tar`
+//! extract pays one flush per directory, not one per file. After a crash, a cover stands for
+//! the directory itself and every entry in it whose ctime on some leg is at or after `T` (two
+//! seconds before the cover was written; ctime cannot be set by users), or whose type, size,
+//! mode or mtime differ between the legs, or that some leg lacks ([`expand_cover`]). A cover
+//! stays while anything it covers is dirty: each change to a covered object renews it.
+//!
 //! Records are NUL-terminated paths (paths may hold newlines), relative to the leg root,
-//! without a leading `/`; the root itself is `.`.
+//! without a leading `/`; the root itself is `.`. A record starting with `/` is not a path: a
+//! cover (`/c`), or the away logs' [`WHOLE_TREE`].
 
 use super::META_DIR;
 use parking_lot::Mutex;
@@ -31,6 +41,27 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+/// How far before a cover's writing its time `T` is put: covers the coarse clock that stamps
+/// ctimes, which lags the clock a cover reads.
+const COVER_SLACK_SECS: u64 = 2;
+
+/// The cover record of the directory at `dir` (a relative path, `.` for the root), written at
+/// `now_secs` (seconds since the epoch).
+fn cover_record(dir: &[u8], now_secs: u64) -> Vec<u8> {
+    let mut r = format!("/c{}/", now_secs.saturating_sub(COVER_SLACK_SECS)).into_bytes();
+    r.extend_from_slice(dir);
+    r
+}
+
+/// A cover record's time and directory, or `None` if `record` is not a cover.
+pub fn parse_cover(record: &[u8]) -> Option<(u64, &[u8])> {
+    let rest = record.strip_prefix(b"/c")?;
+    let slash = rest.iter().position(|&b| b == b'/')?;
+    let t = std::str::from_utf8(&rest[..slash]).ok()?.parse().ok()?;
+    let dir = &rest[slash + 1..];
+    (!dir.is_empty()).then_some((t, dir))
+}
 
 /// The write-intent log's file name in `.mirrorfs/`.
 pub const INTENT_LOG: &str = "intent.log";
@@ -110,6 +141,17 @@ fn rewrite(path: &Path, records: &[&[u8]]) -> std::io::Result<()> {
 struct Dirty {
     path: Vec<u8>,
     last_change: Instant,
+    /// The directory (by inode) whose cover stands for this object instead of a record of its
+    /// own (a directory's own cover counts too).
+    covered_by: Option<u64>,
+}
+
+/// A directory's cover: its record, written once, stands for what is created in it.
+struct Cover {
+    record: Vec<u8>,
+    /// The directory's path, for the paths of what it covers.
+    dir: Vec<u8>,
+    last_change: Instant,
 }
 
 /// The members that are away, and the paths changed since each left.
@@ -137,7 +179,37 @@ impl Away {
 struct Inner {
     /// Dirty objects by the mirror's inode number.
     dirty: HashMap<u64, Dirty>,
+    /// Directory covers by the directory's inode number.
+    covers: HashMap<u64, Cover>,
     away: Vec<Away>,
+}
+
+impl Inner {
+    /// Renews the dirty object `ino` (and the cover standing for it); false if it is clean.
+    fn renew(&mut self, ino: u64) -> bool {
+        let Some(d) = self.dirty.get_mut(&ino) else {
+            return false;
+        };
+        let now = Instant::now();
+        d.last_change = now;
+        if let Some(c) = d.covered_by.and_then(|c| self.covers.get_mut(&c)) {
+            c.last_change = now;
+        }
+        for a in self.away.iter_mut() {
+            a.note(&d.path);
+        }
+        true
+    }
+
+    /// Every record the intent log holds now.
+    fn records(&self) -> Vec<&[u8]> {
+        self.dirty
+            .values()
+            .filter(|d| d.covered_by.is_none())
+            .map(|d| d.path.as_slice())
+            .chain(self.covers.values().map(|c| c.record.as_slice()))
+            .collect()
+    }
 }
 
 /// The change records of one mounted mirror.
@@ -161,6 +233,7 @@ impl ChangeLog {
             intent,
             inner: Mutex::new(Inner {
                 dirty: HashMap::new(),
+                covers: HashMap::new(),
                 away: Vec::new(),
             }),
         }
@@ -255,13 +328,8 @@ impl ChangeLog {
         path: impl FnOnce() -> Option<Vec<u8>>,
     ) -> Vec<(usize, std::io::Error)> {
         let mut inner = self.inner.lock();
-        let Inner { dirty, away } = &mut *inner;
-        if let Some(d) = dirty.get_mut(&ino) {
-            d.last_change = Instant::now();
-            // A resync's passes need every change, not only the first of a dirty period.
-            for a in away.iter_mut() {
-                a.note(&d.path);
-            }
+        // A resync's passes need every change, not only the first of a dirty period.
+        if inner.renew(ino) {
             return Vec::new();
         }
         let need_path = self.intent || !inner.away.is_empty();
@@ -293,9 +361,100 @@ impl ChangeLog {
             Dirty {
                 path: p,
                 last_change: Instant::now(),
+                covered_by: None,
             },
         );
         failed
+    }
+
+    /// As [`will_change`](Self::will_change) for the directory `ino` about to get new entries:
+    /// its cover is written (once; it also stands for the directory itself), so that what is
+    /// created in it ([`created_in`](Self::created_in)) needs no record of its own.
+    pub fn will_change_dir(
+        &self,
+        ino: u64,
+        legs: &[usize],
+        path: impl FnOnce() -> Option<Vec<u8>>,
+    ) -> Vec<(usize, std::io::Error)> {
+        if !self.intent {
+            return self.will_change(ino, legs, path);
+        }
+        let mut inner = self.inner.lock();
+        if inner.covers.contains_key(&ino) {
+            if !inner.renew(ino) {
+                let dir = inner.covers[&ino].dir.clone();
+                inner.dirty.insert(
+                    ino,
+                    Dirty {
+                        path: dir,
+                        last_change: Instant::now(),
+                        covered_by: Some(ino),
+                    },
+                );
+                inner.renew(ino);
+            }
+            return Vec::new();
+        }
+        let Some(p) = inner.dirty.get(&ino).map(|d| d.path.clone()).or_else(path) else {
+            return Vec::new();
+        };
+        let now_secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let record = cover_record(&p, now_secs);
+        // Held across the flush, as in `will_change`.
+        let failed: Vec<(usize, std::io::Error)> = legs
+            .iter()
+            .filter_map(|&l| {
+                append(&log_path(&self.root(l), INTENT_LOG), &[&record], true)
+                    .err()
+                    .map(|e| (l, e))
+            })
+            .collect();
+        inner.covers.insert(
+            ino,
+            Cover {
+                record,
+                dir: p.clone(),
+                last_change: Instant::now(),
+            },
+        );
+        if !inner.renew(ino) {
+            inner.dirty.insert(
+                ino,
+                Dirty {
+                    path: p,
+                    last_change: Instant::now(),
+                    covered_by: Some(ino),
+                },
+            );
+            inner.renew(ino);
+        }
+        failed
+    }
+
+    /// The object `ino` was just created as `name` in the directory `dir`, which
+    /// [`will_change_dir`](Self::will_change_dir) covered: it is dirty from now on, under that
+    /// cover, without a record of its own. Without a cover (the intent log is off) nothing
+    /// is marked: the object's first change marks it.
+    pub fn created_in(&self, ino: u64, dir: u64, name: &[u8]) {
+        let mut inner = self.inner.lock();
+        if inner.renew(ino) {
+            return;
+        }
+        let Some(cover) = inner.covers.get(&dir) else {
+            return;
+        };
+        let path = child_path(&cover.dir, name);
+        inner.dirty.insert(
+            ino,
+            Dirty {
+                path,
+                last_change: Instant::now(),
+                covered_by: Some(dir),
+            },
+        );
+        inner.renew(ino);
     }
 
     /// Writes the away logs' pending paths to every leg in `legs` and flushes them.
@@ -392,7 +551,7 @@ impl ChangeLog {
         }
         self.flush_away(legs);
         let mut inner = self.inner.lock();
-        let before = inner.dirty.len();
+        let before = (inner.dirty.len(), inner.covers.len());
         for ino in &sweep.inos {
             if inner
                 .dirty
@@ -402,10 +561,16 @@ impl ChangeLog {
                 inner.dirty.remove(ino);
             }
         }
-        if inner.dirty.len() == before {
+        // A cover goes once nothing it stands for is dirty (each change renewed it, so it is
+        // idle too by then).
+        let used: HashSet<u64> = inner.dirty.values().filter_map(|d| d.covered_by).collect();
+        inner
+            .covers
+            .retain(|ino, c| used.contains(ino) || c.last_change.elapsed() < IDLE);
+        if (inner.dirty.len(), inner.covers.len()) == before {
             return;
         }
-        let left: Vec<&[u8]> = inner.dirty.values().map(|d| d.path.as_slice()).collect();
+        let left = inner.records();
         for &l in legs {
             if let Err(e) = rewrite(&log_path(&self.root(l), INTENT_LOG), &left) {
                 log::error!(
@@ -422,7 +587,7 @@ impl ChangeLog {
             return;
         }
         let inner = self.inner.lock();
-        let now: Vec<&[u8]> = inner.dirty.values().map(|d| d.path.as_slice()).collect();
+        let now = inner.records();
         for &l in legs {
             if let Err(e) = rewrite(&log_path(&self.root(l), INTENT_LOG), &now) {
                 log::error!(
@@ -438,6 +603,7 @@ impl ChangeLog {
         self.flush_away(legs);
         let mut inner = self.inner.lock();
         inner.dirty.clear();
+        inner.covers.clear();
         for &l in legs {
             if let Err(e) = rewrite(&log_path(&self.root(l), INTENT_LOG), &[]) {
                 log::error!(
@@ -447,6 +613,73 @@ impl ChangeLog {
             }
         }
     }
+}
+
+/// The path of `name` in the directory at `dir` (`.` for the root).
+fn child_path(dir: &[u8], name: &[u8]) -> Vec<u8> {
+    if dir == b"." {
+        return name.to_vec();
+    }
+    let mut p = dir.to_vec();
+    p.push(b'/');
+    p.extend_from_slice(name);
+    p
+}
+
+/// What a cover of `dir` (time `t`) stands for after a crash, on legs `roots`: the directory
+/// itself, then every entry in it (on any leg) whose ctime on some leg is at or after `t`, that
+/// some leg lacks, or whose type, size, mode or mtime differ between the legs. `skip` names
+/// entries never synced (the mirror's own directory at the root). Entries that cannot be
+/// read are included: the sync decides.
+pub fn expand_cover(
+    roots: &[std::os::fd::BorrowedFd<'_>],
+    dir: &[u8],
+    t: u64,
+    skip: &dyn Fn(&[u8], &[u8]) -> bool,
+) -> Vec<Vec<u8>> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = vec![dir.to_vec()];
+    let rel: &[u8] = if dir == b"." { b"" } else { dir };
+    let mut names: std::collections::BTreeSet<Vec<u8>> = Default::default();
+    for &root in roots {
+        let Ok(fd) = crate::sys::fd::open_beneath(root, rel) else {
+            continue;
+        };
+        let Ok(path) = crate::sys::fd::path_of(std::os::fd::AsFd::as_fd(&fd)) else {
+            continue;
+        };
+        let Ok(rd) = std::fs::read_dir(&path) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let n = e.file_name().as_bytes().to_vec();
+            if !skip(dir, &n) {
+                names.insert(n);
+            }
+        }
+    }
+    for name in names {
+        let child = child_path(dir, &name);
+        let stats: Vec<Option<crate::sys::fd::Stat>> = roots
+            .iter()
+            .map(|&r| {
+                let fd = crate::sys::fd::open_beneath(r, &child).ok()?;
+                crate::sys::fd::fstat(std::os::fd::AsFd::as_fd(&fd)).ok()
+            })
+            .collect();
+        let key = |s: &crate::sys::fd::Stat| (s.st_mode, s.st_size, s.st_mtime, s.st_mtime_nsec);
+        let changed = stats.iter().any(|s| match s {
+            None => true,
+            Some(s) => s.st_ctime >= 0 && s.st_ctime as u64 >= t,
+        }) || stats
+            .iter()
+            .flatten()
+            .any(|s| key(s) != key(stats[0].as_ref().unwrap_or(s)));
+        if changed {
+            out.push(child);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -551,5 +784,101 @@ mod tests {
         log.end_away("L1", &[0]);
         assert_eq!(ChangeLog::read_away(&roots[0], "L1"), None);
         assert!(!log_path(&roots[0], &away_log_name("L1")).exists());
+    }
+
+    #[test]
+    fn a_cover_stands_for_what_is_created_in_its_directory() {
+        let (_d, roots) = legs(2);
+        let log = ChangeLog::new(roots.clone(), true);
+        let refs: Vec<&Path> = roots.iter().map(PathBuf::as_path).collect();
+        // Directory 5 at "d" gets 100 new files: one record in all.
+        assert!(log
+            .will_change_dir(5, &[0, 1], || Some(b"d".to_vec()))
+            .is_empty());
+        for f in 100..200u64 {
+            log.will_change_dir(5, &[0, 1], || panic!("the path is known"));
+            log.created_in(f, 5, format!("f{f}").as_bytes());
+            // Their writes: dirty already, no record.
+            assert!(log.will_change(f, &[0, 1], || panic!("covered")).is_empty());
+        }
+        let recs = ChangeLog::read_intent(&refs);
+        assert_eq!(recs.len(), 1, "{recs:?}");
+        let (t, dir) = parse_cover(&recs[0]).unwrap();
+        assert_eq!(dir, b"d");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        assert!(t <= now - COVER_SLACK_SECS && t + 60 > now);
+        assert!(log.is_dirty(150) && log.is_dirty_path(b"d/f150"));
+        // A file still being written keeps the cover, though the directory went idle.
+        let age = |log: &ChangeLog, ino: u64| {
+            let mut inner = log.inner.lock();
+            inner.dirty.get_mut(&ino).unwrap().last_change -= IDLE;
+        };
+        for f in 100..199u64 {
+            age(&log, f);
+        }
+        age(&log, 5);
+        log.inner.lock().covers.get_mut(&5).unwrap().last_change -= IDLE;
+        log.will_change(199, &[0, 1], || panic!("covered"));
+        let s = log.idle();
+        assert_eq!(s.inos.len(), 100);
+        log.clear(&s, &[0, 1]);
+        assert!(log.is_dirty(199) && !log.is_dirty(5));
+        assert_eq!(ChangeLog::read_intent(&refs).len(), 1, "the cover stays");
+        age(&log, 199);
+        log.inner.lock().covers.get_mut(&5).unwrap().last_change -= IDLE;
+        let s = log.idle();
+        log.clear(&s, &[0, 1]);
+        assert!(ChangeLog::read_intent(&refs).is_empty());
+        // Without a cover (the intent log off), nothing is marked by a creation.
+        let log = ChangeLog::new(roots.clone(), false);
+        log.will_change_dir(5, &[0, 1], || Some(b"d".to_vec()));
+        log.created_in(9, 5, b"x");
+        assert!(!log.is_dirty(9));
+    }
+
+    #[test]
+    fn a_cover_expands_to_what_changed_since_its_time() {
+        use std::os::fd::AsFd;
+        let (_d, roots) = legs(2);
+        for r in &roots {
+            std::fs::create_dir_all(r.join("d/sub")).unwrap();
+            std::fs::write(r.join("d/old"), b"settled").unwrap();
+            std::fs::write(r.join("d/same"), b"same").unwrap();
+        }
+        std::fs::write(roots[0].join("d/new"), b"only on leg 0").unwrap();
+        std::fs::write(roots[1].join("d/same"), b"SAME").unwrap();
+        let fds: Vec<_> = roots
+            .iter()
+            .map(|r| crate::sys::fd::open_root(r).unwrap())
+            .collect();
+        let b: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
+        let never = |_: &[u8], _: &[u8]| false;
+        // Everything was changed after time 0.
+        let mut all = expand_cover(&b, b"d", 0, &never);
+        all.sort();
+        assert_eq!(
+            all,
+            vec![
+                b"d".to_vec(),
+                b"d/new".to_vec(),
+                b"d/old".to_vec(),
+                b"d/same".to_vec(),
+                b"d/sub".to_vec()
+            ]
+        );
+        // Far in the future: only what differs or is missing somewhere.
+        let mut later = expand_cover(&b, b"d", u64::MAX / 2, &never);
+        later.retain(|p| p != b"d/same");
+        later.sort();
+        assert_eq!(later, vec![b"d".to_vec(), b"d/new".to_vec()]);
+        // ("same" and "SAME": equal sizes, and mtimes that may fall in one clock tick, so
+        // only the ctime rule is sure to list them.)
+        let root = expand_cover(&b, b".", u64::MAX / 2, &|d, n| {
+            d == b"." && n == META_DIR.as_bytes()
+        });
+        assert_eq!(root, vec![b".".to_vec()]);
     }
 }

@@ -361,7 +361,22 @@ impl Mirror {
     /// closure gives) is about to change. A leg whose record cannot be written is dropped.
     pub fn will_change(&self, ino: u64, path: impl FnOnce() -> Option<Vec<u8>>) {
         let legs = self.in_sync_legs();
-        for (leg, e) in self.changes.will_change(ino, &legs, path) {
+        let failed = self.changes.will_change(ino, &legs, path);
+        self.intent_failed(failed);
+    }
+
+    /// As [`will_change`](Self::will_change) for a directory about to get new entries: one
+    /// record (its cover) stands for it and for what is created in it meanwhile
+    /// ([`ChangeLog::will_change_dir`]).
+    pub fn will_change_dir(&self, ino: u64, path: impl FnOnce() -> Option<Vec<u8>>) {
+        let legs = self.in_sync_legs();
+        let failed = self.changes.will_change_dir(ino, &legs, path);
+        self.intent_failed(failed);
+    }
+
+    /// Drops the legs whose intent log could not be written.
+    fn intent_failed(&self, failed: Vec<(LegIdx, std::io::Error)>) {
+        for (leg, e) in failed {
             let errno = e.raw_os_error().map_or(Errno::EIO, Errno);
             self.legs[leg]
                 .counters

@@ -113,7 +113,8 @@ impl Recovery {
         let legs = self.mirror.in_sync_legs();
         let roots: Vec<PathBuf> = legs.iter().map(|&l| self.mirror.leg(l).path()).collect();
         let roots: Vec<&Path> = roots.iter().map(PathBuf::as_path).collect();
-        let paths = to_paths(ChangeLog::read_intent(&roots));
+        let records = self.expand_covers(&legs, ChangeLog::read_intent(&roots))?;
+        let paths = to_paths(records);
         let Some((&source, rest)) = legs.split_first() else {
             return Ok(0);
         };
@@ -137,6 +138,46 @@ impl Recovery {
         }
         self.rehash_after_crash(src.as_fd(), &paths);
         Ok(paths.len())
+    }
+
+    /// The intent log's records with each directory cover replaced by what it stands for
+    /// ([`crate::meta::changes::expand_cover`]).
+    fn expand_covers(&self, legs: &[LegIdx], records: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>> {
+        use crate::meta::changes::{expand_cover, parse_cover};
+        if !records.iter().any(|r| parse_cover(r).is_some()) {
+            return Ok(records);
+        }
+        let roots = legs
+            .iter()
+            .map(|&l| self.mirror.leg(l).root())
+            .collect::<Result<Vec<_>>>()?;
+        let fds: Vec<_> = roots.iter().map(|r| r.as_fd()).collect();
+        let skip = |dir: &[u8], name: &[u8]| {
+            dir == b"."
+                && self
+                    .tree
+                    .skip_root_names
+                    .iter()
+                    .any(|s| s.as_bytes() == name)
+        };
+        let mut out = Vec::new();
+        for r in records {
+            match parse_cover(&r) {
+                Some((t, dir)) => {
+                    let got = expand_cover(&fds, dir, t, &skip);
+                    log::info!(
+                        "after the crash: the cover of /{} stands for {} path(s)",
+                        String::from_utf8_lossy(dir),
+                        got.len()
+                    );
+                    out.extend(got);
+                }
+                None => out.push(r),
+            }
+        }
+        out.sort();
+        out.dedup();
+        Ok(out)
     }
 
     /// For each regular file of the intent log with committed checksums: if the metadata leg's
@@ -310,11 +351,15 @@ impl Recovery {
         let source_root = self.mirror.leg(source).path();
         let paths = match full {
             true => None,
-            false => ChangeLog::read_away(&source_root, &id).map(|mut away| {
-                // The source's intent log: changes of the last second before a crash.
-                away.extend(ChangeLog::read_intent(&[&source_root]));
-                away
-            }),
+            false => match ChangeLog::read_away(&source_root, &id) {
+                Some(mut away) => {
+                    // The source's intent log: changes of the last second before a crash.
+                    let intent = ChangeLog::read_intent(&[&source_root]);
+                    away.extend(self.expand_covers(&[source], intent).map_err(cannot_open)?);
+                    Some(away)
+                }
+                None => None,
+            },
         };
         if paths.is_none() {
             // Until it has joined, this member needs a full resync, whatever happens to this one.
