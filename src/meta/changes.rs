@@ -347,15 +347,8 @@ impl ChangeLog {
         }
         // Held across the flush: a second writer of the same object must not go ahead
         // before the record is durable. Different objects wait too; the cost is one flush
-        // per newly dirtied object per idle period.
-        let failed: Vec<(usize, std::io::Error)> = legs
-            .iter()
-            .filter_map(|&l| {
-                append(&log_path(&self.root(l), INTENT_LOG), &[&p], true)
-                    .err()
-                    .map(|e| (l, e))
-            })
-            .collect();
+        // per newly dirtied object (or directory cover) per idle period.
+        let failed = self.record(legs, &p);
         inner.dirty.insert(
             ino,
             Dirty {
@@ -365,6 +358,41 @@ impl ChangeLog {
             },
         );
         failed
+    }
+
+    /// Appends `record` to the intent log of every leg in `legs` and flushes it, the legs in
+    /// parallel; the legs that failed, with the error.
+    fn record(&self, legs: &[usize], record: &[u8]) -> Vec<(usize, std::io::Error)> {
+        let one = |l: usize| append(&log_path(&self.root(l), INTENT_LOG), &[record], true);
+        let Some((&first, rest)) = legs.split_first() else {
+            return Vec::new();
+        };
+        std::thread::scope(|s| {
+            // A leg whose thread cannot be started (a pids limit) is written here, after.
+            let others: Vec<_> = rest
+                .iter()
+                .map(|&l| {
+                    (
+                        l,
+                        std::thread::Builder::new().spawn_scoped(s, move || one(l)),
+                    )
+                })
+                .collect();
+            let mut failed: Vec<(usize, std::io::Error)> =
+                one(first).err().map(|e| (first, e)).into_iter().collect();
+            for (l, h) in others {
+                let r = match h {
+                    Ok(h) => h.join().unwrap_or_else(|_| {
+                        Err(std::io::Error::other("the intent log's writer panicked"))
+                    }),
+                    Err(_) => one(l),
+                };
+                if let Err(e) = r {
+                    failed.push((l, e));
+                }
+            }
+            failed
+        })
     }
 
     /// As [`will_change`](Self::will_change) for the directory `ino` about to get new entries:
@@ -403,14 +431,7 @@ impl ChangeLog {
             .map_or(0, |d| d.as_secs());
         let record = cover_record(&p, now_secs);
         // Held across the flush, as in `will_change`.
-        let failed: Vec<(usize, std::io::Error)> = legs
-            .iter()
-            .filter_map(|&l| {
-                append(&log_path(&self.root(l), INTENT_LOG), &[&record], true)
-                    .err()
-                    .map(|e| (l, e))
-            })
-            .collect();
+        let failed = self.record(legs, &record);
         inner.covers.insert(
             ino,
             Cover {
