@@ -77,6 +77,7 @@ fn control_writes_need_root(options: &[&str]) {
         ("fault", "leg=1 op=read errno=EIO"),
         ("fault", "clear"),
         ("attr_timeout", "5"),
+        ("cache", "off"),
         ("no_such_key", "x"),
     ];
     let control = m.path(".mirrorfs");
