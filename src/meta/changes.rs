@@ -658,7 +658,7 @@ pub fn expand_cover(
     t: u64,
     skip: &dyn Fn(&[u8], &[u8]) -> bool,
 ) -> Vec<Vec<u8>> {
-    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::ffi::OsStringExt;
     let mut out = vec![dir.to_vec()];
     let rel: &[u8] = if dir == b"." { b"" } else { dir };
     let mut names: std::collections::BTreeSet<Vec<u8>> = Default::default();
@@ -666,14 +666,11 @@ pub fn expand_cover(
         let Ok(fd) = crate::sys::fd::open_beneath(root, rel) else {
             continue;
         };
-        let Ok(path) = crate::sys::fd::path_of(std::os::fd::AsFd::as_fd(&fd)) else {
+        let Ok(entries) = crate::sys::dir::read_dir(std::os::fd::AsFd::as_fd(&fd)) else {
             continue;
         };
-        let Ok(rd) = std::fs::read_dir(&path) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let n = e.file_name().as_bytes().to_vec();
+        for e in entries {
+            let n = e.name.into_vec();
             if !skip(dir, &n) {
                 names.insert(n);
             }
