@@ -259,7 +259,17 @@ impl Mirror {
         T: Send + 'static,
         F: Fn(LegIdx) -> Result<T> + Sync,
     {
-        let out = reconcile(self.workers.run(legs, |leg| {
+        // A leg dropped since the caller chose its legs (its intent record failed, say) gets
+        // no part of the change.
+        let kept: Vec<LegIdx> = legs
+            .iter()
+            .copied()
+            .filter(|&l| self.legs[l].state() != crate::leg::LegState::Failed)
+            .collect();
+        if kept.is_empty() && !legs.is_empty() {
+            return Err(Errno::EIO);
+        }
+        let out = reconcile(self.workers.run(&kept, |leg| {
             let _inflight = InflightGuard::new(&self.legs[leg]);
             self.faults.check_file(leg, what, file)?;
             op(leg)
