@@ -687,3 +687,53 @@ fn kill_9_after_a_burst_of_creates_recovers_what_the_cover_stands_for() {
     r.unmount();
     assert_legs_identical(&legs);
 }
+
+/// A leg whose intent log cannot take a record (here a cover: `intent.log` replaced by a
+/// directory behind the mount) is dropped before the change reaches any leg; the create
+/// succeeds on the other leg and is served from it, and `leg add` brings the leg back
+/// identical.
+#[test]
+fn a_leg_whose_intent_log_cannot_be_written_is_dropped_and_comes_back_whole() {
+    require_fuse!();
+    require_tool!("getfattr");
+    let m = TestMirror::new(2).mount();
+    let mnt = m.mnt().to_path_buf();
+    let legs = m.legs().to_vec();
+    fs::create_dir(mnt.join("d")).unwrap();
+    // Once the sweep has emptied the logs, nothing is dirty: the next create records afresh.
+    assert!(
+        wait_for(Duration::from_secs(30), || legs
+            .iter()
+            .all(|l| log_records(&intent_log(l)).is_empty())),
+        "the intent logs are not emptied"
+    );
+    let log1 = intent_log(&legs[1]);
+    fs::remove_file(&log1).ok();
+    fs::create_dir(&log1).unwrap();
+    let data = pattern(100_000, 77);
+    fs::write(mnt.join("d/new"), &data).unwrap();
+    let st = stats(&mnt);
+    assert_eq!(
+        st.legs[1].state,
+        mirrorfs::stats::LegState::Failed,
+        "{st:?}"
+    );
+    assert!(st.legs[1].write_errors >= 1, "{st:?}");
+    assert_eq!(st.legs[0].state, mirrorfs::stats::LegState::InSync);
+    assert!(
+        !legs[1].join("d/new").exists(),
+        "the change reached the leg whose record failed"
+    );
+    assert_bytes_eq(&fs::read(mnt.join("d/new")).unwrap(), &data, "served");
+    assert!(stands_for(
+        &log_records(&intent_log(&legs[0])),
+        &legs[..1],
+        "d/new"
+    ));
+
+    fs::remove_dir(&log1).unwrap();
+    mirrorfs_ok(&[&"leg", &"add", &mnt, &"leg1"]);
+    wait_resynced(&mnt);
+    assert_content_on_legs(&legs, "d/new", &data);
+    m.finish();
+}
