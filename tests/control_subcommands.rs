@@ -11,6 +11,7 @@ use serde_json::Value;
 use std::ffi::OsString;
 use std::fs;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 legs_test!(status_of_a_healthy_mount);
 
@@ -99,8 +100,22 @@ fn status_of_a_degraded_mount() {
         .option("checksum=off")
         .mount();
     fs::write(m.path("old"), b"before").unwrap();
-    let out = run("mount", &[&"-o", &"remount,ro", &leg1], TOOL_TIMEOUT);
-    assert!(out.status.success(), "remount ro: {}", text(&out.stderr));
+    // The kernel sends RELEASE after close() has returned, so for a moment the daemon may
+    // still hold "old" open for writing on leg1, and the remount is refused as busy. Retry
+    // until the release has reached the daemon.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = run("mount", &[&"-o", &"remount,ro", &leg1], TOOL_TIMEOUT);
+        if out.status.success() {
+            break;
+        }
+        let err = text(&out.stderr);
+        assert!(
+            err.contains("busy") && Instant::now() < deadline,
+            "remount ro: {err}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let data = pattern(300_000, 7);
     fs::write(m.path("big"), &data).expect("a creation that only leg1 refuses succeeds");
 
