@@ -25,25 +25,47 @@ fn intent_log(leg: &Path) -> PathBuf {
 }
 
 /// Whether the intent-log records `rec` stand for `path` on `legs`, as crash recovery reads
-/// them: `path` itself, or a cover of its directory (`/c<T>/<dir>`) with the copy's ctime at
-/// or after `T` on some leg, or a copy missing on some leg (see `mirrorfs::meta::changes`).
+/// them: `path` itself, or a cover (`/c<T>/<dir>`) of its directory, or of a directory above it
+/// with every directory in between at a ctime at or after `T` on some leg, when the copy's
+/// ctime is at or after `T` on some leg or a copy is missing on some leg (see
+/// `mirrorfs::meta::changes`).
 fn stands_for(rec: &BTreeSet<String>, legs: &[PathBuf], path: &str) -> bool {
     use std::os::unix::fs::MetadataExt;
     if rec.contains(path) {
         return true;
     }
-    let dir = match path.rsplit_once('/') {
-        Some((d, _)) => d,
-        None => ".",
+    let recent = |p: &str, t: u64| {
+        legs.iter()
+            .any(|l| fs::symlink_metadata(l.join(p)).map_or(true, |m| m.ctime() >= t as i64))
     };
     rec.iter().any(|r| {
         let Some((t, d)) = mirrorfs::meta::changes::parse_cover(r.as_bytes()) else {
             return false;
         };
-        d == dir.as_bytes()
-            && legs
-                .iter()
-                .any(|l| fs::symlink_metadata(l.join(path)).map_or(true, |m| m.ctime() >= t as i64))
+        let d = std::str::from_utf8(d).unwrap();
+        let below = if d == "." {
+            Some(path)
+        } else {
+            path.strip_prefix(d).and_then(|s| s.strip_prefix('/'))
+        };
+        let Some(below) = below else {
+            return false;
+        };
+        // Each directory between the cover's and the path's own.
+        let parts: Vec<&str> = below.split('/').collect();
+        let mut dir = if d == "." {
+            String::new()
+        } else {
+            format!("{d}/")
+        };
+        for part in &parts[..parts.len() - 1] {
+            dir.push_str(part);
+            if !recent(&dir, t) {
+                return false;
+            }
+            dir.push('/');
+        }
+        recent(path, t)
     })
 }
 
@@ -570,6 +592,9 @@ fn write_intent_log_on_and_off() {
     );
     let pid = daemon_pid(&mnt);
     let mut f = OpenOptions::new().append(true).open(mnt.join("f")).unwrap();
+    // d and d/g must be older than the root cover written below (its time is 2 s before it
+    // is written): a cover also stands for recent entries in recent subdirectories.
+    std::thread::sleep(Duration::from_millis(3500));
     // The logs are read with the daemon stopped within the log's idle time of the writes (see
     // [`change_then_stop`]); on a machine too busy for that the writes are made again (one more
     // MiB on f, h rewritten: nothing below depends on how much).
@@ -614,10 +639,11 @@ fn write_intent_log_on_and_off() {
     }
 }
 
-/// A burst of creates in one directory is logged by one record, the directory's cover, not one
-/// per file; after `kill -9`, what the cover stands for is made identical before the mount
-/// serves: a file whose copy on leg1 lost bytes, one leg1 lost entirely, one leg1 holds
-/// truncated, and a file renamed into the directory.
+/// A burst of creates in one directory, and in new directories below it, is logged by one
+/// record, the directory's cover, not one per file; after `kill -9`, what the cover stands for
+/// is made identical before the mount serves: a file whose copy on leg1 lost bytes, one leg1
+/// lost entirely, one leg1 holds truncated, a file renamed into the directory, and files in
+/// the new directories that leg1 lost or holds damaged.
 #[test]
 fn kill_9_after_a_burst_of_creates_recovers_what_the_cover_stands_for() {
     require_fuse!();
@@ -631,6 +657,13 @@ fn kill_9_after_a_burst_of_creates_recovers_what_the_cover_stands_for() {
     let pid = daemon_pid(&mnt);
     const N: usize = 60;
     let content = |i: usize| pattern(20_000 + i * 100, 500 + i as u64);
+    let nested = |i: usize| {
+        if i.is_multiple_of(2) {
+            format!("d/sub/g{i}")
+        } else {
+            format!("d/sub/deeper/g{i}")
+        }
+    };
     let stopped = change_then_stop(
         pid,
         || {
@@ -638,6 +671,10 @@ fn kill_9_after_a_burst_of_creates_recovers_what_the_cover_stands_for() {
                 fs::write(mnt.join(format!("d/f{i}")), content(i)).unwrap();
             }
             fs::rename(mnt.join("e/moved"), mnt.join("d/moved")).unwrap();
+            fs::create_dir_all(mnt.join("d/sub/deeper")).unwrap();
+            for i in 0..N {
+                fs::write(mnt.join(nested(i)), content(i)).unwrap();
+            }
         },
         || None,
     );
@@ -645,12 +682,14 @@ fn kill_9_after_a_burst_of_creates_recovers_what_the_cover_stands_for() {
         let rec = log_records(&intent_log(leg));
         assert!(
             rec.len() <= 4,
-            "{} holds {} records for {N} new files in one directory: {rec:?}",
+            "{} holds {} records for {} new files in one directory and below: {rec:?}",
             intent_log(leg).display(),
-            rec.len()
+            rec.len(),
+            2 * N
         );
         for i in 0..N {
             assert!(stands_for(&rec, &legs, &format!("d/f{i}")), "{rec:?}");
+            assert!(stands_for(&rec, &legs, &nested(i)), "{rec:?}");
         }
         assert!(stands_for(&rec, &legs, "d/moved"), "{rec:?}");
     }
@@ -665,6 +704,8 @@ fn kill_9_after_a_burst_of_creates_recovers_what_the_cover_stands_for() {
     short.set_len(100).unwrap();
     drop(short);
     corrupt_keeping_times(&legs[1].join("d/moved"), 10, 1);
+    corrupt_keeping_times(&legs[1].join(nested(9)), 1_000, 2);
+    fs::remove_file(legs[1].join(nested(12))).unwrap();
     assert_eq!(stopped.kill(), 0, "kill -9 {pid}");
     assert!(
         wait_pids_gone(m.daemon_pids(), Duration::from_secs(10)),
@@ -682,6 +723,7 @@ fn kill_9_after_a_burst_of_creates_recovers_what_the_cover_stands_for() {
             &content(i),
             &format!("d/f{i} through the mount"),
         );
+        assert_content_on_legs(&legs, &nested(i), &content(i));
     }
     assert_content_on_legs(&legs, "d/moved", &pattern(50_000, 99));
     r.unmount();

@@ -290,7 +290,7 @@ impl MirrorFs {
     fn created_in(&self, inode: &InodeRef, dir: &InodeRef, name: &OsStr) {
         self.mirror
             .changes()
-            .created_in(inode.ino, dir.ino, name.as_bytes());
+            .created_in(inode.ino, dir.ino, name.as_bytes(), inode.is_dir());
     }
 
     /// The path of `inode` relative to the legs' root (`.` for the root), from the metadata

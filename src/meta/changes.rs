@@ -30,6 +30,13 @@
 //! mode or mtime differ between the legs, or that some leg lacks ([`expand_cover`]). A cover
 //! stays while anything it covers is dirty: each change to a covered object renews it.
 //!
+//! A directory created under a cover is covered from birth by the same record (an *inherited*
+//! cover, kept in memory only): a `tar` extract of a whole tree into one directory pays one
+//! flush in all. After a crash a cover also stands, recursively, for what is in every
+//! subdirectory whose ctime on some leg is at or after `T`: such a directory was created or
+//! changed after `T`, and every entry created in it since moved its ctime again, so a
+//! directory born under the cover is always among them.
+//!
 //! Records are NUL-terminated paths (paths may hold newlines), relative to the leg root,
 //! without a leading `/`; the root itself is `.`. A record starting with `/` is not a path: a
 //! cover (`/c`), or the away logs' [`WHOLE_TREE`].
@@ -148,9 +155,13 @@ struct Dirty {
 
 /// A directory's cover: its record, written once, stands for what is created in it.
 struct Cover {
+    /// Empty for an inherited cover (a directory born under another cover), which has no
+    /// record of its own.
     record: Vec<u8>,
     /// The directory's path, for the paths of what it covers.
     dir: Vec<u8>,
+    /// The directory whose cover has the record standing for this one (itself if written).
+    root: u64,
     last_change: Instant,
 }
 
@@ -194,6 +205,10 @@ impl Inner {
         d.last_change = now;
         if let Some(c) = d.covered_by.and_then(|c| self.covers.get_mut(&c)) {
             c.last_change = now;
+            let root = c.root;
+            if let Some(r) = self.covers.get_mut(&root) {
+                r.last_change = now;
+            }
         }
         for a in self.away.iter_mut() {
             a.note(&d.path);
@@ -207,7 +222,12 @@ impl Inner {
             .values()
             .filter(|d| d.covered_by.is_none())
             .map(|d| d.path.as_slice())
-            .chain(self.covers.values().map(|c| c.record.as_slice()))
+            .chain(
+                self.covers
+                    .values()
+                    .filter(|c| !c.record.is_empty())
+                    .map(|c| c.record.as_slice()),
+            )
             .collect()
     }
 }
@@ -437,6 +457,7 @@ impl ChangeLog {
             Cover {
                 record,
                 dir: p.clone(),
+                root: ino,
                 last_change: Instant::now(),
             },
         );
@@ -456,17 +477,31 @@ impl ChangeLog {
 
     /// The object `ino` was just created as `name` in the directory `dir`, which
     /// [`will_change_dir`](Self::will_change_dir) covered: it is dirty from now on, under that
-    /// cover, without a record of its own. Without a cover (the intent log is off) nothing
-    /// is marked: the object's first change marks it.
-    pub fn created_in(&self, ino: u64, dir: u64, name: &[u8]) {
+    /// cover, without a record of its own. A new directory (`is_dir`) also inherits the cover:
+    /// what is created in it needs no record either. Without a cover (the intent log is off)
+    /// nothing is marked: the object's first change marks it.
+    pub fn created_in(&self, ino: u64, dir: u64, name: &[u8], is_dir: bool) {
         let mut inner = self.inner.lock();
-        if inner.renew(ino) {
-            return;
-        }
         let Some(cover) = inner.covers.get(&dir) else {
+            inner.renew(ino);
             return;
         };
         let path = child_path(&cover.dir, name);
+        let root = cover.root;
+        if is_dir && !inner.covers.contains_key(&ino) {
+            inner.covers.insert(
+                ino,
+                Cover {
+                    record: Vec::new(),
+                    dir: path.clone(),
+                    root,
+                    last_change: Instant::now(),
+                },
+            );
+        }
+        if inner.renew(ino) {
+            return;
+        }
         inner.dirty.insert(
             ino,
             Dirty {
@@ -583,11 +618,20 @@ impl ChangeLog {
             }
         }
         // A cover goes once nothing it stands for is dirty (each change renewed it, so it is
-        // idle too by then).
-        let used: HashSet<u64> = inner.dirty.values().filter_map(|d| d.covered_by).collect();
+        // idle too by then). A written cover stays while a cover inheriting it is used.
+        let mut used: HashSet<u64> = inner.dirty.values().filter_map(|d| d.covered_by).collect();
+        let roots: Vec<u64> = used
+            .iter()
+            .filter_map(|c| inner.covers.get(c).map(|c| c.root))
+            .collect();
+        used.extend(roots);
         inner
             .covers
             .retain(|ino, c| used.contains(ino) || c.last_change.elapsed() < IDLE);
+        // (Never needed by the rules above, which keep a root as long as what inherits it:
+        // an inherited cover without its record would stand for nothing after a crash.)
+        let kept: HashSet<u64> = inner.covers.keys().copied().collect();
+        inner.covers.retain(|_, c| kept.contains(&c.root));
         if (inner.dirty.len(), inner.covers.len()) == before {
             return;
         }
@@ -649,7 +693,9 @@ fn child_path(dir: &[u8], name: &[u8]) -> Vec<u8> {
 
 /// What a cover of `dir` (time `t`) stands for after a crash, on legs `roots`: the directory
 /// itself, then every entry in it (on any leg) whose ctime on some leg is at or after `t`, that
-/// some leg lacks, or whose type, size, mode or mtime differ between the legs. `skip` names
+/// some leg lacks, or whose type, size, mode or mtime differ between the legs; and the same,
+/// recursively, in each of those entries that is a directory on some leg with a ctime at or
+/// after `t` there (directories born under the cover: see the module's notes). `skip` names
 /// entries never synced (the mirror's own directory at the root). Entries that cannot be
 /// read are included: the sync decides.
 pub fn expand_cover(
@@ -658,8 +704,29 @@ pub fn expand_cover(
     t: u64,
     skip: &dyn Fn(&[u8], &[u8]) -> bool,
 ) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_vec()];
+    while let Some(d) = todo.pop() {
+        let (listed, sub) = expand_one(roots, &d, t, skip);
+        out.extend(listed);
+        todo.extend(sub);
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// [`expand_cover`] for one directory: what it stands for there, and the subdirectories
+/// whose entries it stands for too.
+fn expand_one(
+    roots: &[std::os::fd::BorrowedFd<'_>],
+    dir: &[u8],
+    t: u64,
+    skip: &dyn Fn(&[u8], &[u8]) -> bool,
+) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
     use std::os::unix::ffi::OsStringExt;
     let mut out = vec![dir.to_vec()];
+    let mut sub = Vec::new();
     let rel: &[u8] = if dir == b"." { b"" } else { dir };
     let mut names: std::collections::BTreeSet<Vec<u8>> = Default::default();
     for &root in roots {
@@ -686,18 +753,24 @@ pub fn expand_cover(
             })
             .collect();
         let key = |s: &crate::sys::fd::Stat| (s.st_mode, s.st_size, s.st_mtime, s.st_mtime_nsec);
-        let changed = stats.iter().any(|s| match s {
-            None => true,
-            Some(s) => s.st_ctime >= 0 && s.st_ctime as u64 >= t,
-        }) || stats
+        let recent = |s: &crate::sys::fd::Stat| s.st_ctime >= 0 && s.st_ctime as u64 >= t;
+        let changed = stats.iter().any(|s| s.as_ref().is_none_or(recent))
+            || stats
+                .iter()
+                .flatten()
+                .any(|s| key(s) != key(stats[0].as_ref().unwrap_or(s)));
+        if stats
             .iter()
             .flatten()
-            .any(|s| key(s) != key(stats[0].as_ref().unwrap_or(s)));
+            .any(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR && recent(s))
+        {
+            sub.push(child.clone());
+        }
         if changed {
             out.push(child);
         }
     }
-    out
+    (out, sub)
 }
 
 #[cfg(test)]
@@ -815,7 +888,7 @@ mod tests {
             .is_empty());
         for f in 100..200u64 {
             log.will_change_dir(5, &[0, 1], || panic!("the path is known"));
-            log.created_in(f, 5, format!("f{f}").as_bytes());
+            log.created_in(f, 5, format!("f{f}").as_bytes(), false);
             // Their writes: dirty already, no record.
             assert!(log.will_change(f, &[0, 1], || panic!("covered")).is_empty());
         }
@@ -853,7 +926,7 @@ mod tests {
         // Without a cover (the intent log off), nothing is marked by a creation.
         let log = ChangeLog::new(roots.clone(), false);
         log.will_change_dir(5, &[0, 1], || Some(b"d".to_vec()));
-        log.created_in(9, 5, b"x");
+        log.created_in(9, 5, b"x", false);
         assert!(!log.is_dirty(9));
     }
 
@@ -898,5 +971,91 @@ mod tests {
             d == b"." && n == META_DIR.as_bytes()
         });
         assert_eq!(root, vec![b".".to_vec()]);
+    }
+
+    #[test]
+    fn a_directory_born_under_a_cover_inherits_it() {
+        let (_d, roots) = legs(2);
+        let log = ChangeLog::new(roots.clone(), true);
+        let refs: Vec<&Path> = roots.iter().map(PathBuf::as_path).collect();
+        log.will_change_dir(5, &[0, 1], || Some(b"d".to_vec()));
+        // d/sub and d/sub/deeper are new: what is created in them needs no record.
+        log.created_in(6, 5, b"sub", true);
+        assert!(log
+            .will_change_dir(6, &[0, 1], || panic!("inherited"))
+            .is_empty());
+        log.created_in(7, 6, b"f", false);
+        log.will_change_dir(6, &[0, 1], || panic!("inherited"));
+        log.created_in(8, 6, b"deeper", true);
+        log.will_change_dir(8, &[0, 1], || panic!("inherited"));
+        log.created_in(9, 8, b"g", false);
+        assert!(log.will_change(9, &[0, 1], || panic!("covered")).is_empty());
+        assert!(log.is_dirty_path(b"d/sub/deeper/g"));
+        let recs = ChangeLog::read_intent(&refs);
+        assert_eq!(recs.len(), 1, "{recs:?}");
+        assert_eq!(parse_cover(&recs[0]).unwrap().1, b"d");
+        // All but g go idle: the record stays for g, under an inherited cover.
+        let age_all_but = |keep: u64| {
+            let mut inner = log.inner.lock();
+            for (ino, d) in inner.dirty.iter_mut() {
+                if *ino != keep {
+                    d.last_change -= IDLE;
+                }
+            }
+            for (ino, c) in inner.covers.iter_mut() {
+                if *ino != keep {
+                    c.last_change -= IDLE;
+                }
+            }
+        };
+        age_all_but(9);
+        log.clear(&log.idle(), &[0, 1]);
+        assert!(log.is_dirty(9) && !log.is_dirty(7));
+        assert_eq!(ChangeLog::read_intent(&refs), recs, "the record stays");
+        {
+            let inner = log.inner.lock();
+            assert!(inner.covers.contains_key(&5) && inner.covers.contains_key(&8));
+        }
+        // g changes again: still covered, no new record.
+        assert!(log.will_change(9, &[0, 1], || panic!("covered")).is_empty());
+        age_all_but(0);
+        log.clear(&log.idle(), &[0, 1]);
+        assert!(ChangeLog::read_intent(&refs).is_empty());
+        assert!(log.inner.lock().covers.is_empty());
+        // The next creation in d/sub/deeper writes a cover of its own.
+        log.will_change_dir(8, &[0, 1], || Some(b"d/sub/deeper".to_vec()));
+        let recs = ChangeLog::read_intent(&refs);
+        assert_eq!(parse_cover(&recs[0]).unwrap().1, b"d/sub/deeper");
+    }
+
+    #[test]
+    fn a_cover_expands_into_recent_subdirectories() {
+        use std::os::fd::AsFd;
+        let (_d, roots) = legs(2);
+        for r in &roots {
+            std::fs::create_dir_all(r.join("d/new/newer")).unwrap();
+            std::fs::write(r.join("d/new/newer/f"), b"same").unwrap();
+        }
+        std::fs::write(roots[0].join("d/new/newer/only0"), b"x").unwrap();
+        let fds: Vec<_> = roots
+            .iter()
+            .map(|r| crate::sys::fd::open_root(r).unwrap())
+            .collect();
+        let b: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
+        let never = |_: &[u8], _: &[u8]| false;
+        let got = expand_cover(&b, b"d", 0, &never);
+        let want: Vec<&[u8]> = vec![
+            b"d",
+            b"d/new",
+            b"d/new/newer",
+            b"d/new/newer/f",
+            b"d/new/newer/only0",
+        ];
+        assert_eq!(got, want);
+        // Subdirectories older than the cover are not entered: their entries are as settled
+        // as they are.
+        // (d/new itself may be listed: its mtimes on the two legs may differ.)
+        let later = expand_cover(&b, b"d", u64::MAX / 2, &never);
+        assert!(!later.iter().any(|p| p.starts_with(b"d/new/")), "{later:?}");
     }
 }
