@@ -20,10 +20,11 @@ export DEBIAN_FRONTEND=noninteractive
 # psmisc: fuser(1); python3-prometheus-client: a real exposition-format parser for the
 # metrics test; systemd: systemd-analyze verify for the units under contrib/; man-db: man -l on
 # the generated man pages; xz-utils: the .deb's compression (make deb); mergerfs: the other
-# FUSE filesystem bench/datapath.sh (make bench-smoke) measures mirrorfs against.
+# FUSE filesystem bench/datapath.sh (make bench-smoke) measures mirrorfs against; strace: which
+# calls `ls -l` makes (tests/ops_xattrs.rs, selinux_xattr=).
 packages=(fuse3 attr acl fio rsync sqlite3 git make gcc libc6-dev psmisc ca-certificates
     e2fsprogs util-linux btrfs-progs jq python3 xz-utils
-    python3-prometheus-client systemd man-db bash mergerfs)
+    python3-prometheus-client systemd man-db bash mergerfs strace)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

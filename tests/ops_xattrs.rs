@@ -211,3 +211,90 @@ fn xattrs_on_symlinks_stay_on_the_link(n: usize) {
     );
     m.finish();
 }
+
+/// How often `ls -l DIR` asked for an SELinux label (traced with strace).
+fn ls_label_lookups(dir: &std::path::Path) -> usize {
+    let trace = tempfile::NamedTempFile::new().unwrap();
+    let out = run(
+        "strace",
+        &[
+            &"-f",
+            &"-e",
+            &"trace=getxattr,lgetxattr,fgetxattr",
+            &"-o",
+            &trace.path(),
+            &"ls",
+            &"-l",
+            &dir,
+        ],
+        TOOL_TIMEOUT,
+    );
+    assert!(out.status.success(), "strace ls -l: {}", text(&out.stderr));
+    fs::read_to_string(trace.path())
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("\"security.selinux\""))
+        .count()
+}
+
+/// `selinux_xattr=`: a missing SELinux label is answered ENOTSUP (`enotsup`, and `auto` on a
+/// host without SELinux), so `ls -l` asks once per listing instead of once per entry, while a
+/// label that exists is read, listed and stored on every leg; `pass` answers ENODATA.
+#[test]
+fn a_missing_selinux_label_can_be_answered_not_supported() {
+    require_fuse!();
+    require_tool!("strace");
+    let host_has_selinux = std::path::Path::new("/sys/fs/selinux/enforce").exists();
+    for (mode, enotsup) in [
+        ("enotsup", true),
+        ("pass", false),
+        ("auto", !host_has_selinux),
+    ] {
+        let m = TestMirror::new(2)
+            .option(&format!("selinux_xattr={mode}"))
+            .mount();
+        fs::create_dir(m.path("d")).unwrap();
+        for i in 0..20 {
+            fs::write(m.path(&format!("d/f{i}")), b"x").unwrap();
+        }
+        std::os::unix::fs::symlink("f0", m.path("d/link")).unwrap();
+        let want = if enotsup {
+            libc::ENOTSUP
+        } else {
+            libc::ENODATA
+        };
+        for rel in ["d/f0", "d", "d/link"] {
+            let e = get_xattr(m.path(rel), "security.selinux").unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(want), "{mode}: {rel}: {e}");
+        }
+        // Other names are answered as always.
+        let e = get_xattr(m.path("d/f0"), "user.nothing").unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENODATA), "{mode}");
+        let asked = ls_label_lookups(&m.path("d"));
+        if enotsup {
+            assert!(
+                asked <= 2,
+                "{mode}: ls -l asked for {asked} labels of 21 entries"
+            );
+        } else {
+            assert!(
+                asked >= 21,
+                "{mode}: ls -l asked for {asked} labels of 21 entries"
+            );
+        }
+        // A label that exists (root may store one without SELinux) is kept and read back.
+        let label = b"system_u:object_r:etc_t:s0\0";
+        set_xattr(m.path("d/f1"), "security.selinux", label, 0).expect("set a label");
+        assert_eq!(
+            get_xattr(m.path("d/f1"), "security.selinux").unwrap(),
+            label
+        );
+        assert!(list_xattr(m.path("d/f1"))
+            .unwrap()
+            .contains(&"security.selinux".to_string()));
+        for p in m.leg_paths("d/f1") {
+            assert_eq!(get_xattr(&p, "security.selinux").unwrap(), label);
+        }
+        m.finish();
+    }
+}

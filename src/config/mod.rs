@@ -3,6 +3,7 @@
 
 pub mod table;
 
+use std::path::Path;
 use std::time::Duration;
 use table::Given;
 
@@ -29,6 +30,8 @@ pub struct MountConfig {
     pub fsname: Option<String>,
     /// What the kernel may keep between requests (`cache=`). Default: everything.
     pub cache: CacheMode,
+    /// How `security.selinux` of an object without one is answered (`selinux_xattr=`).
+    pub selinux_xattr: SelinuxXattr,
     /// How long the kernel caches attributes, when given (see [`MountConfig::attr_timeout`]).
     pub attr_timeout: Option<Duration>,
     /// How long the kernel caches names, when given (see [`MountConfig::entry_timeout`]).
@@ -68,6 +71,52 @@ pub struct MountConfig {
     pub events_dir: String,
     pub mail_to: Option<String>,
     pub notify_interval: Duration,
+}
+
+/// How a `security.selinux` that an object lacks is answered (`-o selinux_xattr=`).
+///
+/// The kernel caches no extended attribute of a FUSE file, and `ls -l` asks for the
+/// SELinux label of every entry it lists: one round trip each. Answered "not supported"
+/// (ENOTSUP) instead of "no such attribute" (ENODATA), `ls` takes the whole filesystem for
+/// one without labels and stops asking. Labels that exist are read, listed and written as
+/// always.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SelinuxXattr {
+    /// `enotsup` when the host runs without SELinux (no `/sys/fs/selinux/enforce`),
+    /// `pass` when it runs with it.
+    Auto,
+    /// ENODATA, as the legs answer.
+    Pass,
+    /// ENOTSUP.
+    Enotsup,
+}
+
+impl SelinuxXattr {
+    pub fn parse(v: &str) -> Result<SelinuxXattr, String> {
+        match v {
+            "auto" => Ok(SelinuxXattr::Auto),
+            "pass" => Ok(SelinuxXattr::Pass),
+            "enotsup" => Ok(SelinuxXattr::Enotsup),
+            _ => Err("auto, pass or enotsup".into()),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SelinuxXattr::Auto => "auto",
+            SelinuxXattr::Pass => "pass",
+            SelinuxXattr::Enotsup => "enotsup",
+        }
+    }
+
+    /// Whether a missing label is answered ENOTSUP on this host.
+    pub fn enotsup(self) -> bool {
+        match self {
+            SelinuxXattr::Auto => !Path::new("/sys/fs/selinux/enforce").exists(),
+            SelinuxXattr::Pass => false,
+            SelinuxXattr::Enotsup => true,
+        }
+    }
 }
 
 /// What the kernel may keep between requests (`-o cache=`).
@@ -143,6 +192,7 @@ impl Default for MountConfig {
             threads: 8,
             fsname: None,
             cache: CacheMode::Full,
+            selinux_xattr: SelinuxXattr::Auto,
             attr_timeout: None,
             entry_timeout: None,
             read_policy: "auto".to_string(),

@@ -247,6 +247,19 @@ pub static OPTIONS: &[OptionSpec] = &[
         show: |c| c.cache.name().into(),
     },
     OptionSpec {
+        name: "selinux_xattr",
+        opposite: None,
+        form: "auto|pass|enotsup",
+        default: "auto",
+        live: false,
+        doc: "how a missing `security.selinux` is answered: `enotsup` lets `ls -l` stop asking for every entry; `auto` is `enotsup` on a host without SELinux, else `pass` (see Caching)",
+        apply: |c, g| {
+            c.selinux_xattr = super::SelinuxXattr::parse(text(g)?)?;
+            Ok(())
+        },
+        show: |c| c.selinux_xattr.name().into(),
+    },
+    OptionSpec {
         name: "attr_timeout",
         opposite: None,
         form: "S",

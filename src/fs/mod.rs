@@ -129,6 +129,8 @@ pub struct MirrorFs {
     last_errors: control::LastErrors,
     /// Between the keys and the daemon's event notifier (`notify_test`, `notify_last`).
     events: control::EventBus,
+    /// A missing `security.selinux` is answered ENOTSUP (`selinux_xattr=`, resolved at mount).
+    selinux_enotsup: bool,
 }
 
 impl MirrorFs {
@@ -186,7 +188,9 @@ impl MirrorFs {
             config.mount.clone(),
         );
         recovery.set_speed_max(config.options.resync_speed_max);
+        let selinux_enotsup = config.options.selinux_xattr.enotsup();
         Ok(MirrorFs {
+            selinux_enotsup,
             mirror,
             inodes,
             handles,

@@ -14,6 +14,9 @@ use std::os::unix::ffi::OsStrExt;
 /// Bytes a size query of a control key adds to the value's length (see [`MirrorFs::getxattr`]).
 const CONTROL_SLACK: usize = 4096;
 
+/// The SELinux label's name (see `config::SelinuxXattr`).
+const SELINUX_XATTR: &str = "security.selinux";
+
 /// Prefix of mirrorfs's own attribute names.
 pub const CONTROL_PREFIX: &[u8] = b"user.mirrorfs.";
 
@@ -93,20 +96,29 @@ impl MirrorFs {
                 _ => sized(v, len, size),
             };
         }
-        if ino == CONTROL_INO {
-            return Err(Errno::ENODATA);
+        let got = if ino == CONTROL_INO {
+            Err(Errno::ENODATA)
+        } else {
+            let inode = self.inodes.get(ino)?;
+            if inode.is_symlink() {
+                Err(Errno::ENODATA)
+            } else {
+                self.on_metadata_leg("getxattr", |leg| {
+                    let fd = inode.fd(leg)?;
+                    self.checked(caller, || {
+                        sys::xattr::get(fd.as_fd(), &cname, size as usize)
+                    })
+                })
+            }
+        };
+        match got {
+            // `selinux_xattr=`: see `config::SelinuxXattr`.
+            Err(Errno::ENODATA) if self.selinux_enotsup && name == SELINUX_XATTR => {
+                Err(Errno::ENOTSUP)
+            }
+            Err(e) => Err(e),
+            Ok((v, len)) => sized(v, len, size),
         }
-        let inode = self.inodes.get(ino)?;
-        if inode.is_symlink() {
-            return Err(Errno::ENODATA);
-        }
-        let (v, len) = self.on_metadata_leg("getxattr", |leg| {
-            let fd = inode.fd(leg)?;
-            self.checked(caller, || {
-                sys::xattr::get(fd.as_fd(), &cname, size as usize)
-            })
-        })?;
-        sized(v, len, size)
     }
 
     pub fn listxattr(&self, ino: u64, size: u32, caller: &Caller) -> Result<XattrReply> {
