@@ -26,9 +26,9 @@ fn intent_log(leg: &Path) -> PathBuf {
 
 /// Whether the intent-log records `rec` stand for `path` on `legs`, as crash recovery reads
 /// them: `path` itself, or a cover (`/c<T>/<dir>`) of its directory, or of a directory above it
-/// with every directory in between at a ctime at or after `T` on some leg, when the copy's
-/// ctime is at or after `T` on some leg or a copy is missing on some leg (see
-/// `mirrorfs::meta::changes`).
+/// with every directory in between at a ctime at or after `T` on some leg (or any directories
+/// in between, for a subtree cover `/s<T>/<dir>`), when the copy's ctime is at or after `T` on
+/// some leg or a copy is missing on some leg (see `mirrorfs::meta::changes`).
 fn stands_for(rec: &BTreeSet<String>, legs: &[PathBuf], path: &str) -> bool {
     use std::os::unix::fs::MetadataExt;
     if rec.contains(path) {
@@ -39,9 +39,10 @@ fn stands_for(rec: &BTreeSet<String>, legs: &[PathBuf], path: &str) -> bool {
             .any(|l| fs::symlink_metadata(l.join(p)).map_or(true, |m| m.ctime() >= t as i64))
     };
     rec.iter().any(|r| {
-        let Some((t, d)) = mirrorfs::meta::changes::parse_cover(r.as_bytes()) else {
+        let Some(c) = mirrorfs::meta::changes::parse_cover(r.as_bytes()) else {
             return false;
         };
+        let (t, d) = (c.t, c.dir);
         let d = std::str::from_utf8(d).unwrap();
         let below = if d == "." {
             Some(path)
@@ -60,7 +61,7 @@ fn stands_for(rec: &BTreeSet<String>, legs: &[PathBuf], path: &str) -> bool {
         };
         for part in &parts[..parts.len() - 1] {
             dir.push_str(part);
-            if !recent(&dir, t) {
+            if !c.subtree && !recent(&dir, t) {
                 return false;
             }
             dir.push('/');
@@ -726,6 +727,82 @@ fn kill_9_after_a_burst_of_creates_recovers_what_the_cover_stands_for() {
         assert_content_on_legs(&legs, &nested(i), &content(i));
     }
     assert_content_on_legs(&legs, "d/moved", &pattern(50_000, 99));
+    r.unmount();
+    assert_legs_identical(&legs);
+}
+
+/// Files removed from many old directories of one tree (`find t -type f -delete`) are logged
+/// by a few records: the first directories' covers, then one subtree cover of the tree, not
+/// one record per directory. After `kill -9`, an unlink that reached leg0 but not leg1, in a
+/// directory whose parent the removals left unchanged, is found through the subtree cover and
+/// redone before the mount serves.
+#[test]
+fn kill_9_while_emptying_old_directories_recovers_through_a_subtree_cover() {
+    require_fuse!();
+    require_tool!("getfattr");
+    let m = TestMirror::new(2).mount();
+    let mnt = m.mnt().to_path_buf();
+    let legs = m.legs().to_vec();
+    let dir = |d: usize, e: usize| format!("t/d{d}/e{e}");
+    for d in 0..8 {
+        for e in 0..3 {
+            fs::create_dir_all(mnt.join(dir(d, e))).unwrap();
+            for f in 0..4 {
+                fs::write(mnt.join(format!("{}/f{f}", dir(d, e))), b"old").unwrap();
+            }
+        }
+    }
+    // Old by the time of the covers below (their time is 2 s before they are written), and
+    // nothing dirty any more.
+    std::thread::sleep(Duration::from_millis(3500));
+    assert!(
+        wait_for(Duration::from_secs(30), || legs
+            .iter()
+            .all(|l| log_records(&intent_log(l)).is_empty())),
+        "the intent logs are not emptied"
+    );
+    let pid = daemon_pid(&mnt);
+    let stopped = change_then_stop(
+        pid,
+        || {
+            for d in 0..8 {
+                for e in 0..3 {
+                    for f in 0..4 {
+                        fs::remove_file(mnt.join(format!("{}/f{f}", dir(d, e)))).unwrap();
+                    }
+                }
+            }
+        },
+        || None,
+    );
+    for leg in &legs {
+        let rec = log_records(&intent_log(leg));
+        assert!(
+            rec.len() <= 5,
+            "{} holds {} records for removals in 24 directories: {rec:?}",
+            intent_log(leg).display(),
+            rec.len()
+        );
+        assert!(
+            rec.iter().any(|r| r.starts_with("/s") && r.ends_with("/t")),
+            "no subtree cover of t: {rec:?}"
+        );
+    }
+    // The tenth directory emptied (d3/e0) is covered by the subtree cover only, and d3 is
+    // unchanged. Leg1 keeps one of its files, as if that unlink had not reached it.
+    let kept = format!("{}/f1", dir(3, 0));
+    fs::write(legs[1].join(&kept), b"old").unwrap();
+    assert_eq!(stopped.kill(), 0, "kill -9 {pid}");
+    assert!(
+        wait_pids_gone(m.daemon_pids(), Duration::from_secs(10)),
+        "the daemon survived kill -9"
+    );
+    umount2(&mnt, 0).expect("umount of the dead mount");
+    assert!(!legs_differences(&legs).is_empty());
+
+    let mut r = mount_ok(&legs, &mnt, &[]);
+    assert_legs_identical(&legs);
+    assert!(!mnt.join(&kept).exists());
     r.unmount();
     assert_legs_identical(&legs);
 }

@@ -204,7 +204,8 @@ impl MirrorFs {
         let cname = self.name_for_lookup(parent, name)?;
         let p = self.inodes.get(parent)?;
         let _dir = p.dir_lock.write();
-        self.will_change(&p);
+        // A cover: an `rm -rf` or a `find -delete` pays a few records, not one per directory.
+        self.will_change_dir(&p);
         let legs = self.legs_for(&p);
         let what = if dir_entry { "rmdir" } else { "unlink" };
         let (last_link, shared) = if dir_entry {
@@ -269,7 +270,7 @@ impl MirrorFs {
         // (its ctime moves with the rename), whatever record it had under its old path.
         self.will_change_dir(&np);
         if parent != newparent {
-            self.will_change(&p);
+            self.will_change_dir(&p);
         }
         let legs: Vec<LegIdx> = self
             .legs_for(&p)
@@ -319,7 +320,7 @@ impl MirrorFs {
         }
         let np = self.inodes.get(newparent)?;
         let _dir = np.dir_lock.write();
-        self.will_change(&np);
+        self.will_change_dir(&np);
         let legs: Vec<LegIdx> = self
             .legs_for(&np)
             .into_iter()

@@ -37,6 +37,12 @@
 //! changed after `T`, and every entry created in it since moved its ctime again, so a
 //! directory born under the cover is always among them.
 //!
+//! **Subtree covers** (`/s<T>/<dir>`): after [`SUBTREE_AFTER`] covers within [`IDLE`] under
+//! one directory below the root, the next directory there that needs a cover gets a subtree
+//! cover of that directory instead, and every directory below it is covered without a record
+//! while it stands (an `rm -rf` of an old tree pays a few flushes). After a crash it stands for
+//! what a cover does, looking into every directory below it, recent or not.
+//!
 //! Records are NUL-terminated paths (paths may hold newlines), relative to the leg root,
 //! without a leading `/`; the root itself is `.`. A record starting with `/` is not a path: a
 //! cover (`/c`), or the away logs' [`WHOLE_TREE`].
@@ -55,19 +61,35 @@ const COVER_SLACK_SECS: u64 = 2;
 
 /// The cover record of the directory at `dir` (a relative path, `.` for the root), written at
 /// `now_secs` (seconds since the epoch).
-fn cover_record(dir: &[u8], now_secs: u64) -> Vec<u8> {
-    let mut r = format!("/c{}/", now_secs.saturating_sub(COVER_SLACK_SECS)).into_bytes();
+/// A subtree cover (`/s<T>/<dir>`, `subtree`) stands for the whole tree below `dir`.
+fn cover_record(dir: &[u8], now_secs: u64, subtree: bool) -> Vec<u8> {
+    let kind = if subtree { 's' } else { 'c' };
+    let mut r = format!("/{kind}{}/", now_secs.saturating_sub(COVER_SLACK_SECS)).into_bytes();
     r.extend_from_slice(dir);
     r
 }
 
-/// A cover record's time and directory, or `None` if `record` is not a cover.
-pub fn parse_cover(record: &[u8]) -> Option<(u64, &[u8])> {
-    let rest = record.strip_prefix(b"/c")?;
+/// A cover record, read back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CoverRecord<'a> {
+    /// Changes at or after this time (seconds since the epoch) are covered.
+    pub t: u64,
+    /// The directory, relative to the leg root (`.` for the root).
+    pub dir: &'a [u8],
+    /// A subtree cover: every directory below `dir` is looked into, not only recent ones.
+    pub subtree: bool,
+}
+
+/// A cover record's time, directory and kind, or `None` if `record` is not a cover.
+pub fn parse_cover(record: &[u8]) -> Option<CoverRecord<'_>> {
+    let (subtree, rest) = match record.strip_prefix(b"/c") {
+        Some(rest) => (false, rest),
+        None => (true, record.strip_prefix(b"/s")?),
+    };
     let slash = rest.iter().position(|&b| b == b'/')?;
     let t = std::str::from_utf8(&rest[..slash]).ok()?.parse().ok()?;
     let dir = &rest[slash + 1..];
-    (!dir.is_empty()).then_some((t, dir))
+    (!dir.is_empty()).then_some(CoverRecord { t, dir, subtree })
 }
 
 /// The write-intent log's file name in `.mirrorfs/`.
@@ -162,7 +184,49 @@ struct Cover {
     dir: Vec<u8>,
     /// The directory whose cover has the record standing for this one (itself if written).
     root: u64,
+    /// A subtree cover: it stands for every directory below its own, so a directory there
+    /// needs no record of its own (kept under a key no inode number has, [`SUBTREE_KEY`]).
+    subtree: bool,
     last_change: Instant,
+}
+
+/// The keys of subtree covers in [`Inner::covers`] have this bit set (inode numbers do not).
+const SUBTREE_KEY: u64 = 1 << 63;
+
+/// A directory that needs a cover when this many covers were written in the last [`IDLE`]
+/// under one directory below the root gets, instead, a subtree cover of that directory: an
+/// `rm -rf` or a `tar` extract over an existing tree then pays a few flushes, not one per
+/// directory.
+const SUBTREE_AFTER: usize = 3;
+
+/// The deepest directory holding both `a` and `b` (relative paths, `.` for the root).
+fn common_dir<'a>(a: &'a [u8], b: &[u8]) -> &'a [u8] {
+    if a == b"." || b == b"." {
+        return b".";
+    }
+    let mut end = 0;
+    let mut ai = a.split(|&c| c == b'/');
+    let mut bi = b.split(|&c| c == b'/');
+    let mut first = true;
+    loop {
+        match (ai.next(), bi.next()) {
+            (Some(x), Some(y)) if x == y => {
+                end += x.len() + usize::from(!first);
+                first = false;
+            }
+            _ => break,
+        }
+    }
+    if end == 0 {
+        b"."
+    } else {
+        &a[..end]
+    }
+}
+
+/// Whether `p` is `dir` or below it.
+fn is_within(p: &[u8], dir: &[u8]) -> bool {
+    dir == b"." || p == dir || (p.starts_with(dir) && p.get(dir.len()) == Some(&b'/'))
 }
 
 /// The members that are away, and the paths changed since each left.
@@ -190,12 +254,58 @@ impl Away {
 struct Inner {
     /// Dirty objects by the mirror's inode number.
     dirty: HashMap<u64, Dirty>,
-    /// Directory covers by the directory's inode number.
+    /// Directory covers by the directory's inode number (subtree covers: [`SUBTREE_KEY`]).
     covers: HashMap<u64, Cover>,
+    /// The directories of the last covers written, and when.
+    recent: std::collections::VecDeque<(Instant, Vec<u8>)>,
+    /// The next subtree cover's key.
+    next_subtree: u64,
     away: Vec<Away>,
 }
 
 impl Inner {
+    /// The subtree cover standing now for the directory at `p`, if any.
+    fn subtree_over(&self, p: &[u8]) -> Option<u64> {
+        self.covers
+            .iter()
+            .find(|(_, c)| c.subtree && is_within(p, &c.dir))
+            .map(|(&k, _)| k)
+    }
+
+    /// The directory to give a subtree cover instead of a cover of `p`: the deepest one
+    /// holding `p` and the last [`SUBTREE_AFTER`] covers, when they were written within
+    /// [`IDLE`] and it is not the root.
+    fn subtree_for(&self, p: &[u8]) -> Option<Vec<u8>> {
+        let fresh: Vec<&Vec<u8>> = self
+            .recent
+            .iter()
+            .rev()
+            .take_while(|(at, _)| at.elapsed() < IDLE)
+            .take(SUBTREE_AFTER)
+            .map(|(_, d)| d)
+            .collect();
+        if fresh.len() < SUBTREE_AFTER {
+            return None;
+        }
+        let dir = fresh.iter().fold(p, |acc, d| common_dir(acc, d));
+        (dir != b".").then(|| dir.to_vec())
+    }
+
+    /// The directory `ino` at `path`, under its cover (written or inherited), is dirty.
+    fn dir_under_cover(&mut self, ino: u64, path: Vec<u8>) {
+        if !self.renew(ino) {
+            self.dirty.insert(
+                ino,
+                Dirty {
+                    path,
+                    last_change: Instant::now(),
+                    covered_by: Some(ino),
+                },
+            );
+            self.renew(ino);
+        }
+    }
+
     /// Renews the dirty object `ino` (and the cover standing for it); false if it is clean.
     fn renew(&mut self, ino: u64) -> bool {
         let Some(d) = self.dirty.get_mut(&ino) else {
@@ -254,6 +364,8 @@ impl ChangeLog {
             inner: Mutex::new(Inner {
                 dirty: HashMap::new(),
                 covers: HashMap::new(),
+                recent: Default::default(),
+                next_subtree: 0,
                 away: Vec::new(),
             }),
         }
@@ -415,9 +527,11 @@ impl ChangeLog {
         })
     }
 
-    /// As [`will_change`](Self::will_change) for the directory `ino` about to get new entries:
-    /// its cover is written (once; it also stands for the directory itself), so that what is
-    /// created in it ([`created_in`](Self::created_in)) needs no record of its own.
+    /// As [`will_change`](Self::will_change) for the directory `ino` about to get new entries
+    /// (or lose some): its cover is written (once; it also stands for the directory itself), so
+    /// that what is created in it ([`created_in`](Self::created_in)) needs no record of its
+    /// own. A directory under a subtree cover needs no record; after [`SUBTREE_AFTER`] covers in
+    /// a short while under one directory, that directory gets a subtree cover instead.
     pub fn will_change_dir(
         &self,
         ino: u64,
@@ -428,49 +542,63 @@ impl ChangeLog {
             return self.will_change(ino, legs, path);
         }
         let mut inner = self.inner.lock();
-        if inner.covers.contains_key(&ino) {
-            if !inner.renew(ino) {
-                let dir = inner.covers[&ino].dir.clone();
-                inner.dirty.insert(
-                    ino,
-                    Dirty {
-                        path: dir,
-                        last_change: Instant::now(),
-                        covered_by: Some(ino),
-                    },
-                );
-                inner.renew(ino);
-            }
+        if let Some(c) = inner.covers.get(&ino) {
+            let dir = c.dir.clone();
+            inner.dir_under_cover(ino, dir);
             return Vec::new();
         }
         let Some(p) = inner.dirty.get(&ino).map(|d| d.path.clone()).or_else(path) else {
             return Vec::new();
         };
+        let inherit = |inner: &mut Inner, root: u64, p: Vec<u8>| {
+            inner.covers.insert(
+                ino,
+                Cover {
+                    record: Vec::new(),
+                    dir: p.clone(),
+                    root,
+                    subtree: false,
+                    last_change: Instant::now(),
+                },
+            );
+            inner.dir_under_cover(ino, p);
+        };
+        if let Some(root) = inner.subtree_over(&p) {
+            inherit(&mut inner, root, p);
+            return Vec::new();
+        }
         let now_secs = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        let record = cover_record(&p, now_secs);
+        let subtree = inner.subtree_for(&p);
+        let (key, dir) = match &subtree {
+            Some(dir) => {
+                inner.next_subtree += 1;
+                (SUBTREE_KEY | inner.next_subtree, dir.clone())
+            }
+            None => (ino, p.clone()),
+        };
+        let record = cover_record(&dir, now_secs, subtree.is_some());
         // Held across the flush, as in `will_change`.
         let failed = self.record(legs, &record);
+        inner.recent.push_back((Instant::now(), p.clone()));
+        if inner.recent.len() > SUBTREE_AFTER {
+            inner.recent.pop_front();
+        }
         inner.covers.insert(
-            ino,
+            key,
             Cover {
                 record,
-                dir: p.clone(),
-                root: ino,
+                dir,
+                root: key,
+                subtree: subtree.is_some(),
                 last_change: Instant::now(),
             },
         );
-        if !inner.renew(ino) {
-            inner.dirty.insert(
-                ino,
-                Dirty {
-                    path: p,
-                    last_change: Instant::now(),
-                    covered_by: Some(ino),
-                },
-            );
-            inner.renew(ino);
+        if key == ino {
+            inner.dir_under_cover(ino, p);
+        } else {
+            inherit(&mut inner, key, p);
         }
         failed
     }
@@ -495,6 +623,7 @@ impl ChangeLog {
                     record: Vec::new(),
                     dir: path.clone(),
                     root,
+                    subtree: false,
                     last_change: Instant::now(),
                 },
             );
@@ -700,14 +829,13 @@ fn child_path(dir: &[u8], name: &[u8]) -> Vec<u8> {
 /// read are included: the sync decides.
 pub fn expand_cover(
     roots: &[std::os::fd::BorrowedFd<'_>],
-    dir: &[u8],
-    t: u64,
+    cover: CoverRecord<'_>,
     skip: &dyn Fn(&[u8], &[u8]) -> bool,
 ) -> Vec<Vec<u8>> {
-    let mut out = Vec::new();
-    let mut todo = vec![dir.to_vec()];
+    let mut out = vec![cover.dir.to_vec()];
+    let mut todo = vec![cover.dir.to_vec()];
     while let Some(d) = todo.pop() {
-        let (listed, sub) = expand_one(roots, &d, t, skip);
+        let (listed, sub) = expand_one(roots, &d, cover.t, cover.subtree, skip);
         out.extend(listed);
         todo.extend(sub);
     }
@@ -716,16 +844,17 @@ pub fn expand_cover(
     out
 }
 
-/// [`expand_cover`] for one directory: what it stands for there, and the subdirectories
-/// whose entries it stands for too.
+/// [`expand_cover`] for one directory: what it stands for in it, and the subdirectories to
+/// look into too (recent ones, or all of them for a subtree cover, `all`).
 fn expand_one(
     roots: &[std::os::fd::BorrowedFd<'_>],
     dir: &[u8],
     t: u64,
+    all: bool,
     skip: &dyn Fn(&[u8], &[u8]) -> bool,
 ) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
     use std::os::unix::ffi::OsStringExt;
-    let mut out = vec![dir.to_vec()];
+    let mut out = Vec::new();
     let mut sub = Vec::new();
     let rel: &[u8] = if dir == b"." { b"" } else { dir };
     let mut names: std::collections::BTreeSet<Vec<u8>> = Default::default();
@@ -762,7 +891,7 @@ fn expand_one(
         if stats
             .iter()
             .flatten()
-            .any(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR && recent(s))
+            .any(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR && (all || recent(s)))
         {
             sub.push(child.clone());
         }
@@ -776,6 +905,15 @@ fn expand_one(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A (not subtree) cover of `dir` at `t`.
+    fn cov(dir: &[u8], t: u64) -> CoverRecord<'_> {
+        CoverRecord {
+            t,
+            dir,
+            subtree: false,
+        }
+    }
 
     fn legs(n: usize) -> (tempfile::TempDir, Vec<PathBuf>) {
         let d = tempfile::tempdir().unwrap();
@@ -894,7 +1032,7 @@ mod tests {
         }
         let recs = ChangeLog::read_intent(&refs);
         assert_eq!(recs.len(), 1, "{recs:?}");
-        let (t, dir) = parse_cover(&recs[0]).unwrap();
+        let CoverRecord { t, dir, .. } = parse_cover(&recs[0]).unwrap();
         assert_eq!(dir, b"d");
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -941,6 +1079,16 @@ mod tests {
         }
         std::fs::write(roots[0].join("d/new"), b"only on leg 0").unwrap();
         std::fs::write(roots[1].join("d/same"), b"SAME").unwrap();
+        // Equal mtimes on both legs (the two writes may fall in different clock ticks).
+        let then = std::time::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+        for r in &roots {
+            for f in ["d/old", "d/same", "d/sub"] {
+                std::fs::File::open(r.join(f))
+                    .unwrap()
+                    .set_modified(then)
+                    .unwrap();
+            }
+        }
         let fds: Vec<_> = roots
             .iter()
             .map(|r| crate::sys::fd::open_root(r).unwrap())
@@ -948,7 +1096,7 @@ mod tests {
         let b: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
         let never = |_: &[u8], _: &[u8]| false;
         // Everything was changed after time 0.
-        let mut all = expand_cover(&b, b"d", 0, &never);
+        let mut all = expand_cover(&b, cov(b"d", 0), &never);
         all.sort();
         assert_eq!(
             all,
@@ -961,16 +1109,18 @@ mod tests {
             ]
         );
         // Far in the future: only what differs or is missing somewhere.
-        let mut later = expand_cover(&b, b"d", u64::MAX / 2, &never);
+        let mut later = expand_cover(&b, cov(b"d", u64::MAX / 2), &never);
         later.retain(|p| p != b"d/same");
         later.sort();
         assert_eq!(later, vec![b"d".to_vec(), b"d/new".to_vec()]);
         // ("same" and "SAME": equal sizes, and mtimes that may fall in one clock tick, so
         // only the ctime rule is sure to list them.)
-        let root = expand_cover(&b, b".", u64::MAX / 2, &|d, n| {
+        let root = expand_cover(&b, cov(b".", u64::MAX / 2), &|d, n| {
             d == b"." && n == META_DIR.as_bytes()
         });
-        assert_eq!(root, vec![b".".to_vec()]);
+        // ("d" may be listed: leg 0's copy got an entry more, so its mtime may differ.)
+        assert_eq!(root[0], b".");
+        assert!(root.iter().all(|p| p == b"." || p == b"d"), "{root:?}");
     }
 
     #[test]
@@ -993,7 +1143,7 @@ mod tests {
         assert!(log.is_dirty_path(b"d/sub/deeper/g"));
         let recs = ChangeLog::read_intent(&refs);
         assert_eq!(recs.len(), 1, "{recs:?}");
-        assert_eq!(parse_cover(&recs[0]).unwrap().1, b"d");
+        assert_eq!(parse_cover(&recs[0]).unwrap().dir, b"d");
         // All but g go idle: the record stays for g, under an inherited cover.
         let age_all_but = |keep: u64| {
             let mut inner = log.inner.lock();
@@ -1025,7 +1175,7 @@ mod tests {
         // The next creation in d/sub/deeper writes a cover of its own.
         log.will_change_dir(8, &[0, 1], || Some(b"d/sub/deeper".to_vec()));
         let recs = ChangeLog::read_intent(&refs);
-        assert_eq!(parse_cover(&recs[0]).unwrap().1, b"d/sub/deeper");
+        assert_eq!(parse_cover(&recs[0]).unwrap().dir, b"d/sub/deeper");
     }
 
     #[test]
@@ -1043,7 +1193,7 @@ mod tests {
             .collect();
         let b: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
         let never = |_: &[u8], _: &[u8]| false;
-        let got = expand_cover(&b, b"d", 0, &never);
+        let got = expand_cover(&b, cov(b"d", 0), &never);
         let want: Vec<&[u8]> = vec![
             b"d",
             b"d/new",
@@ -1055,7 +1205,108 @@ mod tests {
         // Subdirectories older than the cover are not entered: their entries are as settled
         // as they are.
         // (d/new itself may be listed: its mtimes on the two legs may differ.)
-        let later = expand_cover(&b, b"d", u64::MAX / 2, &never);
+        let later = expand_cover(&b, cov(b"d", u64::MAX / 2), &never);
         assert!(!later.iter().any(|p| p.starts_with(b"d/new/")), "{later:?}");
+    }
+
+    #[test]
+    fn paths_in_common() {
+        assert_eq!(common_dir(b"a/b/c", b"a/b/d"), b"a/b");
+        assert_eq!(common_dir(b"a/b", b"a/b/d"), b"a/b");
+        assert_eq!(common_dir(b"a/bc", b"a/b"), b"a");
+        assert_eq!(common_dir(b"a", b"b"), b".");
+        assert_eq!(common_dir(b".", b"a"), b".");
+        assert!(is_within(b"a/b", b"a") && is_within(b"a", b"a") && is_within(b"x", b"."));
+        assert!(!is_within(b"ab", b"a") && !is_within(b"a", b"a/b"));
+        let s = cover_record(b"a/b", 100, true);
+        assert_eq!(s, b"/s98/a/b");
+        assert_eq!(
+            parse_cover(&s),
+            Some(CoverRecord {
+                t: 98,
+                dir: b"a/b",
+                subtree: true
+            })
+        );
+        assert_eq!(parse_cover(b"/x98/a"), None);
+    }
+
+    #[test]
+    fn many_covers_under_one_directory_become_one_subtree_cover() {
+        let (_d, roots) = legs(2);
+        let log = ChangeLog::new(roots.clone(), true);
+        let refs: Vec<&Path> = roots.iter().map(PathBuf::as_path).collect();
+        // An rm -rf of "t": its old directories, one after another.
+        let dirs: Vec<(u64, &[u8])> = vec![
+            (10, b"t/a/x"),
+            (11, b"t/a"),
+            (12, b"t/b/y"),
+            (13, b"t/b"),
+            (14, b"t/c"),
+            (15, b"t"),
+        ];
+        for &(ino, p) in &dirs {
+            log.will_change_dir(ino, &[0, 1], || Some(p.to_vec()));
+        }
+        let recs = ChangeLog::read_intent(&refs);
+        let covers: Vec<CoverRecord<'_>> = recs.iter().filter_map(|r| parse_cover(r)).collect();
+        assert_eq!(recs.len(), covers.len());
+        // Three covers, then a subtree cover of "t" standing for the rest.
+        assert_eq!(covers.len(), 4, "{recs:?}");
+        assert!(
+            covers.iter().any(|c| c.subtree && c.dir == b"t"),
+            "{recs:?}"
+        );
+        // Elsewhere, a directory still needs a cover of its own.
+        log.will_change_dir(20, &[0, 1], || Some(b"u".to_vec()));
+        assert_eq!(ChangeLog::read_intent(&refs).len(), 5);
+        // Once all is idle, nothing is left, the subtree cover included.
+        {
+            let mut inner = log.inner.lock();
+            for d in inner.dirty.values_mut() {
+                d.last_change -= IDLE;
+            }
+            for c in inner.covers.values_mut() {
+                c.last_change -= IDLE;
+            }
+        }
+        log.clear(&log.idle(), &[0, 1]);
+        assert!(ChangeLog::read_intent(&refs).is_empty());
+        assert!(log.inner.lock().covers.is_empty());
+        // Covers spread over the root's children never make the root a subtree.
+        for (i, p) in [b"p".as_slice(), b"q", b"r", b"s", b"v"].iter().enumerate() {
+            log.will_change_dir(30 + i as u64, &[0, 1], || Some(p.to_vec()));
+        }
+        let recs = ChangeLog::read_intent(&refs);
+        assert_eq!(recs.len(), 5);
+        assert!(recs.iter().all(|r| !parse_cover(r).unwrap().subtree));
+    }
+
+    #[test]
+    fn a_subtree_cover_looks_into_every_directory_below() {
+        use std::os::fd::AsFd;
+        let (_d, roots) = legs(2);
+        for r in &roots {
+            std::fs::create_dir_all(r.join("t/old/older")).unwrap();
+        }
+        // Only on leg 1: what an unlink that reached leg 0 alone leaves.
+        std::fs::write(roots[1].join("t/old/older/gone"), b"x").unwrap();
+        let fds: Vec<_> = roots
+            .iter()
+            .map(|r| crate::sys::fd::open_root(r).unwrap())
+            .collect();
+        let b: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
+        let never = |_: &[u8], _: &[u8]| false;
+        let far = u64::MAX / 2;
+        let plain = expand_cover(&b, cov(b"t", far), &never);
+        assert!(!plain.iter().any(|p| p.ends_with(b"gone")), "{plain:?}");
+        let subtree = CoverRecord {
+            t: far,
+            dir: b"t",
+            subtree: true,
+        };
+        let got = expand_cover(&b, subtree, &never);
+        assert!(got.contains(&b"t/old/older/gone".to_vec()), "{got:?}");
+        assert_eq!(got[0], b"t");
     }
 }

@@ -163,11 +163,12 @@ impl Recovery {
         let mut out = Vec::new();
         for r in records {
             match parse_cover(&r) {
-                Some((t, dir)) => {
-                    let got = expand_cover(&fds, dir, t, &skip);
+                Some(cover) => {
+                    let got = expand_cover(&fds, cover, &skip);
                     log::info!(
-                        "after the crash: the cover of /{} stands for {} path(s)",
-                        String::from_utf8_lossy(dir),
+                        "after the crash: the {}cover of /{} stands for {} path(s)",
+                        if cover.subtree { "subtree " } else { "" },
+                        String::from_utf8_lossy(cover.dir),
                         got.len()
                     );
                     out.extend(got);
