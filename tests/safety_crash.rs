@@ -125,6 +125,20 @@ impl Stopped {
     }
 }
 
+/// `kill -9` of the stopped daemon of `m`, and its dead mount unmounted; the legs must differ
+/// then (what the next mount's recovery has to mend).
+#[track_caller]
+fn kill_and_unmount(stopped: Stopped, m: &Mounted) {
+    let pid = stopped.0;
+    assert_eq!(stopped.kill(), 0, "kill -9 {pid}");
+    assert!(
+        wait_pids_gone(m.daemon_pids(), Duration::from_secs(10)),
+        "the daemon survived kill -9"
+    );
+    umount2(m.mnt(), 0).expect("umount of the dead mount");
+    assert!(!legs_differences(m.legs()).is_empty());
+}
+
 impl Drop for Stopped {
     fn drop(&mut self) {
         unsafe { libc::kill(self.0, libc::SIGCONT) };
@@ -707,13 +721,7 @@ fn kill_9_after_a_burst_of_creates_recovers_what_the_cover_stands_for() {
     corrupt_keeping_times(&legs[1].join("d/moved"), 10, 1);
     corrupt_keeping_times(&legs[1].join(nested(9)), 1_000, 2);
     fs::remove_file(legs[1].join(nested(12))).unwrap();
-    assert_eq!(stopped.kill(), 0, "kill -9 {pid}");
-    assert!(
-        wait_pids_gone(m.daemon_pids(), Duration::from_secs(10)),
-        "the daemon survived kill -9"
-    );
-    umount2(&mnt, 0).expect("umount of the dead mount");
-    assert!(!legs_differences(&legs).is_empty());
+    kill_and_unmount(stopped, &m);
 
     let mut r = mount_ok(&legs, &mnt, &[]);
     assert_legs_identical(&legs);
@@ -792,13 +800,7 @@ fn kill_9_while_emptying_old_directories_recovers_through_a_subtree_cover() {
     // unchanged. Leg1 keeps one of its files, as if that unlink had not reached it.
     let kept = format!("{}/f1", dir(3, 0));
     fs::write(legs[1].join(&kept), b"old").unwrap();
-    assert_eq!(stopped.kill(), 0, "kill -9 {pid}");
-    assert!(
-        wait_pids_gone(m.daemon_pids(), Duration::from_secs(10)),
-        "the daemon survived kill -9"
-    );
-    umount2(&mnt, 0).expect("umount of the dead mount");
-    assert!(!legs_differences(&legs).is_empty());
+    kill_and_unmount(stopped, &m);
 
     let mut r = mount_ok(&legs, &mnt, &[]);
     assert_legs_identical(&legs);

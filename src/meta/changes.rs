@@ -906,6 +906,14 @@ fn expand_one(
 mod tests {
     use super::*;
 
+    /// The legs' root descriptors, for `expand_cover`.
+    fn open_roots(roots: &[PathBuf]) -> Vec<std::os::fd::OwnedFd> {
+        roots
+            .iter()
+            .map(|r| crate::sys::fd::open_root(r).unwrap())
+            .collect()
+    }
+
     /// A (not subtree) cover of `dir` at `t`.
     fn cov(dir: &[u8], t: u64) -> CoverRecord<'_> {
         CoverRecord {
@@ -1089,10 +1097,7 @@ mod tests {
                     .unwrap();
             }
         }
-        let fds: Vec<_> = roots
-            .iter()
-            .map(|r| crate::sys::fd::open_root(r).unwrap())
-            .collect();
+        let fds = open_roots(&roots);
         let b: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
         let never = |_: &[u8], _: &[u8]| false;
         // Everything was changed after time 0.
@@ -1187,10 +1192,7 @@ mod tests {
             std::fs::write(r.join("d/new/newer/f"), b"same").unwrap();
         }
         std::fs::write(roots[0].join("d/new/newer/only0"), b"x").unwrap();
-        let fds: Vec<_> = roots
-            .iter()
-            .map(|r| crate::sys::fd::open_root(r).unwrap())
-            .collect();
+        let fds = open_roots(&roots);
         let b: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
         let never = |_: &[u8], _: &[u8]| false;
         let got = expand_cover(&b, cov(b"d", 0), &never);
@@ -1291,10 +1293,7 @@ mod tests {
         }
         // Only on leg 1: what an unlink that reached leg 0 alone leaves.
         std::fs::write(roots[1].join("t/old/older/gone"), b"x").unwrap();
-        let fds: Vec<_> = roots
-            .iter()
-            .map(|r| crate::sys::fd::open_root(r).unwrap())
-            .collect();
+        let fds = open_roots(&roots);
         let b: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
         let never = |_: &[u8], _: &[u8]| false;
         let far = u64::MAX / 2;
