@@ -11,6 +11,7 @@ mod common;
 use common::*;
 use mirrorfs::stats::LegState;
 use std::fs;
+use std::io::{Read, Seek};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -198,5 +199,55 @@ fn shared_and_off_see_changes_made_on_the_legs() {
     for l in m.legs() {
         fs::remove_file(l.join("new")).unwrap();
     }
+    m.finish();
+}
+
+/// The daemon's descriptors on `leg`'s copy of `rel` (from `/proc/PID/fd`).
+fn daemon_fds_on(m: &Mounted, leg: usize, rel: &str) -> usize {
+    let want = m.leg_paths(rel)[leg].clone();
+    let dir = format!("/proc/{}/fd", m.daemon_pids()[0]);
+    fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| fs::read_link(e.ok()?.path()).ok())
+        .filter(|t| *t == want)
+        .count()
+}
+
+/// A read-only open costs the daemon no leg descriptor until it reads through the daemon:
+/// files read again from the kernel's cache are served without one, and the first read that
+/// reaches the daemon opens the leg it reads (and only that one).
+#[test]
+fn a_read_only_open_opens_a_leg_only_when_it_reads() {
+    require_fuse!();
+    let m = TestMirror::new(2).option("read_policy=first").mount();
+    let data = pattern(300_000, 5);
+    fs::write(m.path("f"), &data).unwrap();
+    assert_eq!(fs::read(m.path("f")).unwrap(), data, "cached now");
+    // `O_PATH` descriptors of the inode stay; count only those opened for reading.
+    let before = [daemon_fds_on(&m, 0, "f"), daemon_fds_on(&m, 1, "f")];
+    let mut held = Vec::new();
+    for _ in 0..20 {
+        let mut f = fs::File::open(m.path("f")).unwrap();
+        let mut got = Vec::new();
+        f.read_to_end(&mut got).unwrap();
+        assert_eq!(got, data);
+        held.push(f);
+    }
+    assert_eq!(
+        [daemon_fds_on(&m, 0, "f"), daemon_fds_on(&m, 1, "f")],
+        before,
+        "20 read-only opens answered from the cache took leg descriptors"
+    );
+    drop_cached_pages(&m.path("f"));
+    let mut got = Vec::new();
+    held[0].seek(std::io::SeekFrom::Start(0)).unwrap();
+    held[0].read_to_end(&mut got).unwrap();
+    assert_eq!(got, data);
+    assert_eq!(
+        [daemon_fds_on(&m, 0, "f"), daemon_fds_on(&m, 1, "f")],
+        [before[0] + 1, before[1]],
+        "a read through the daemon opens the leg it reads"
+    );
+    drop(held);
     m.finish();
 }

@@ -115,6 +115,16 @@ impl MirrorFs {
             self.will_change(&inode);
         }
         let admission = self.handles.admit(legs.len())?;
+        let later = flags & !(libc::O_TRUNC | libc::O_EXCL | libc::O_CREAT);
+        if flags & libc::O_ACCMODE == libc::O_RDONLY
+            && flags & libc::O_TRUNC == 0
+            && (exec || self.config.options.default_permissions)
+        {
+            // Nothing to check on the legs: their descriptors are opened at first use.
+            let n = self.mirror.legs().len();
+            let file = OpenFile::read_only(inode, admission, &legs, n, later);
+            return Ok(self.handles.insert_file(file));
+        }
         let opened = self.mirror.fan_out(&legs, "open", |leg| {
             let fd = inode.fd(leg)?;
             let fd = fd.as_fd();
@@ -127,7 +137,6 @@ impl MirrorFs {
         if flags & libc::O_TRUNC != 0 {
             self.truncated_to_zero(&inode);
         }
-        let later = flags & !(libc::O_TRUNC | libc::O_EXCL | libc::O_CREAT);
         Ok(self.insert_handle(inode, admission, opened, later))
     }
 

@@ -36,12 +36,21 @@ impl AsFd for LegFd {
     }
 }
 
+/// One leg's part in an open file.
+enum Slot {
+    /// The leg takes no part.
+    Absent,
+    /// Opened at its first use: a read-only open (see [`OpenFile::read_only`]).
+    Later,
+    Open(Arc<LegFd>),
+}
+
 /// A regular file opened through the mount: one real descriptor per leg.
 pub struct OpenFile {
     pub inode: Arc<Inode>,
     _admission: Admission,
     /// Per leg: the descriptor; a leg that joins (after a resync) is attached afresh.
-    fds: Vec<RwLock<Option<Arc<LegFd>>>>,
+    fds: Vec<RwLock<Slot>>,
     /// The flags the file was opened with on the legs (to attach a leg later).
     pub flags: i32,
     /// Data was written since the last time the legs' mtimes were made equal.
@@ -63,7 +72,7 @@ impl OpenFile {
             _admission: admission,
             fds: fds
                 .into_iter()
-                .map(|f| RwLock::new(f.map(|(fd, direct)| Arc::new(LegFd { fd, direct }))))
+                .map(|f| RwLock::new(Slot::from(f)))
                 .collect(),
             flags,
             wrote: AtomicBool::new(false),
@@ -71,24 +80,61 @@ impl OpenFile {
         }
     }
 
+    /// A read-only open of `inode` on `legs` (of `n`) whose descriptors are opened at their
+    /// first use. Most read-only opens are answered from the kernel's page cache and never
+    /// read through the daemon (`cache=full` keeps it across opens), so such an open costs no
+    /// leg descriptor; the first read opens the leg the policy chose, and a read-repair the
+    /// leg it repairs. Only where the kernel checked the caller's access (`default_permissions`,
+    /// or an exec the core checked itself).
+    pub fn read_only(
+        inode: Arc<Inode>,
+        admission: Admission,
+        legs: &[LegIdx],
+        n: usize,
+        flags: i32,
+    ) -> OpenFile {
+        let mut f = OpenFile::new(inode, admission, (0..n).map(|_| None).collect(), flags);
+        for &l in legs {
+            if let Some(cell) = f.fds.get_mut(l) {
+                *cell.get_mut() = Slot::Later;
+            }
+        }
+        f
+    }
+
     pub fn fd(&self, leg: LegIdx) -> Result<Arc<LegFd>> {
-        self.fds
-            .get(leg)
-            .and_then(|f| f.read().clone())
-            .ok_or(Errno::EIO)
+        let cell = self.fds.get(leg).ok_or(Errno::EIO)?;
+        match &*cell.read() {
+            Slot::Open(f) => return Ok(f.clone()),
+            Slot::Absent => return Err(Errno::EIO),
+            Slot::Later => {}
+        }
+        let mut slot = cell.write();
+        if let Slot::Open(f) = &*slot {
+            return Ok(f.clone());
+        }
+        if matches!(*slot, Slot::Absent) {
+            return Err(Errno::EIO);
+        }
+        let path = self.inode.fd(leg)?;
+        let (fd, direct) = super::data::open_maybe_direct(self.flags, |f| {
+            crate::sys::fd::reopen(path.as_fd(), f)
+        })?;
+        let f = Arc::new(LegFd { fd, direct });
+        *slot = Slot::Open(f.clone());
+        Ok(f)
     }
 
     pub fn is_direct(&self, leg: LegIdx) -> bool {
         self.fds
             .get(leg)
-            .and_then(|f| f.read().clone())
-            .is_some_and(|f| f.direct)
+            .is_some_and(|f| matches!(&*f.read(), Slot::Open(f) if f.direct))
     }
 
-    /// Legs this handle has a descriptor on.
+    /// Legs this handle has (or will open on use) a descriptor on.
     pub fn legs(&self) -> Vec<LegIdx> {
         (0..self.fds.len())
-            .filter(|&l| self.fds[l].read().is_some())
+            .filter(|&l| !matches!(*self.fds[l].read(), Slot::Absent))
             .collect()
     }
 
@@ -96,7 +142,16 @@ impl OpenFile {
     /// none.
     pub fn attach(&self, leg: LegIdx, fd: Option<(OwnedFd, bool)>) {
         if let Some(cell) = self.fds.get(leg) {
-            *cell.write() = fd.map(|(fd, direct)| Arc::new(LegFd { fd, direct }));
+            *cell.write() = Slot::from(fd);
+        }
+    }
+}
+
+impl From<Option<(OwnedFd, bool)>> for Slot {
+    fn from(fd: Option<(OwnedFd, bool)>) -> Slot {
+        match fd {
+            Some((fd, direct)) => Slot::Open(Arc::new(LegFd { fd, direct })),
+            None => Slot::Absent,
         }
     }
 }
