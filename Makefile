@@ -3,7 +3,8 @@
 #   make build          release build ($(TARGET_DIR)/release/mirrorfs)
 #   make test           installs what the tests need (scripts/install-test-deps.sh: Debian packages,
 #                       pjdfstest and fsx; root; MIRRORFS_NO_INSTALL=1 skips that), then cargo test
-#                       --workspace --all-features, then the external checks (tests/external/run-all.sh)
+#                       --workspace --all-features, then the external checks (tests/external/run-all.sh,
+#                       twice: as mounted by default, and with passthrough=ro,checksum=off)
 #                       against the debug binary; PROFILE=release tests the release one. A test that
 #                       lacks root, /dev/fuse or a tool fails, unless MIRRORFS_TEST_ALLOW_SKIP=1; the
 #                       last line says how many were skipped
@@ -96,8 +97,11 @@ test-unit:
 	MIRRORFS_SKIP_LOG=$(SKIP_LOG) $(CARGO) test --workspace --all-features $(CARGO_TEST_FLAGS)
 	@echo "test-unit: skipped: $$(cat $(SKIP_LOG) 2>/dev/null | wc -l)"
 
+# The second pass mounts every mirror with passthrough=ro (checksum=off, which it needs).
 test-external: $(if $(filter release,$(PROFILE)),build,build-debug)
 	MIRRORFS=$(TEST_BIN) EXT_OUT=$(TARGET_DIR)/external tests/external/run-all.sh
+	MIRRORFS=$(TEST_BIN) EXT_OUT=$(TARGET_DIR)/external-passthrough \
+		EXT_MOUNT_OPTS=passthrough=ro,checksum=off tests/external/run-all.sh
 
 sim:
 	$(CARGO) run --release -p mirrorfs-sim

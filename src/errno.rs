@@ -42,6 +42,7 @@ impl Errno {
     pub const EAGAIN: Errno = Errno(libc::EAGAIN);
     pub const EBUSY: Errno = Errno(libc::EBUSY);
     pub const ECANCELED: Errno = Errno(libc::ECANCELED);
+    pub const ETXTBSY: Errno = Errno(libc::ETXTBSY);
     /// Inside mirrorfs: a leg's copy does not match its checksums (never sent to a caller,
     /// who gets EIO when no leg has a good copy).
     pub const EBADMSG: Errno = Errno(libc::EBADMSG);

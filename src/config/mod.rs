@@ -32,6 +32,8 @@ pub struct MountConfig {
     pub cache: CacheMode,
     /// How `security.selinux` of an object without one is answered (`selinux_xattr=`).
     pub selinux_xattr: SelinuxXattr,
+    /// Pass read-only opens through to one leg's file in the kernel (`passthrough=ro`).
+    pub passthrough: bool,
     /// How long the kernel caches attributes, when given (see [`MountConfig::attr_timeout`]).
     pub attr_timeout: Option<Duration>,
     /// How long the kernel caches names, when given (see [`MountConfig::entry_timeout`]).
@@ -182,6 +184,8 @@ pub struct KernelCache {
     pub symlinks: bool,
     /// Keep POSIX ACLs, and check access with them (FUSE_POSIX_ACL).
     pub acls: bool,
+    /// Pass read-only opens through to a leg's file (FUSE_PASSTHROUGH).
+    pub passthrough: bool,
 }
 
 impl Default for MountConfig {
@@ -193,6 +197,7 @@ impl Default for MountConfig {
             fsname: None,
             cache: CacheMode::Full,
             selinux_xattr: SelinuxXattr::Auto,
+            passthrough: false,
             attr_timeout: None,
             entry_timeout: None,
             read_policy: "auto".to_string(),
@@ -349,6 +354,20 @@ impl MountConfig {
                 );
             }
         }
+        if self.passthrough && self.checksums() {
+            errs.push(
+                "passthrough=ro needs checksum=off (the kernel reads passed-through files \
+                 itself, so mirrorfs could not verify them)"
+                    .into(),
+            );
+        }
+        if self.passthrough && crate::sys::geteuid() != 0 {
+            errs.push(
+                "passthrough=ro needs mirrorfs to run as root (the kernel lets only \
+                 CAP_SYS_ADMIN pass files through)"
+                    .into(),
+            );
+        }
         if self.checksum == Some(true) && !self.write_intent {
             errs.push(
                 "checksum=on needs write_intent=on (after a crash, the write-intent log says \
@@ -395,6 +414,7 @@ impl MountConfig {
             symlinks: full,
             // The kernel enforces and caches ACLs itself; it needs `default_permissions`.
             acls: full && self.default_permissions,
+            passthrough: self.passthrough,
         }
     }
 
@@ -626,7 +646,15 @@ mod tests {
                 listings: true,
                 symlinks: true,
                 acls: true,
+                passthrough: false,
             }
+        );
+        let pt = parse(&["passthrough=ro,checksum=off"]).unwrap();
+        assert!(pt.kernel_cache().passthrough);
+        let e = parse(&["passthrough=ro"]).unwrap_err();
+        assert!(
+            e[0].starts_with("passthrough=ro needs checksum=off"),
+            "{e:?}"
         );
         let shared = parse(&["cache=shared"]).unwrap().kernel_cache();
         let second = Duration::from_secs(1);

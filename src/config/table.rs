@@ -247,6 +247,23 @@ pub static OPTIONS: &[OptionSpec] = &[
         show: |c| c.cache.name().into(),
     },
     OptionSpec {
+        name: "passthrough",
+        opposite: None,
+        form: "off|ro",
+        default: "off",
+        live: false,
+        doc: "`ro`: the kernel reads read-only opens straight from one leg's file, without the daemon (root only; needs `checksum=off`; see Passthrough)",
+        apply: |c, g| {
+            c.passthrough = match text(g)? {
+                "off" => false,
+                "ro" => true,
+                _ => return Err("off or ro".into()),
+            };
+            Ok(())
+        },
+        show: |c| if c.passthrough { "ro" } else { "off" }.into(),
+    },
+    OptionSpec {
         name: "selinux_xattr",
         opposite: None,
         form: "auto|pass|enotsup",

@@ -1,8 +1,8 @@
 //! Opening files and moving their data.
 
-use super::handle::{Admission, OpenFile};
-use super::inode::Inode;
-use super::{agree, Caller, Entry, MirrorFs};
+use super::handle::{open_maybe_direct, Admission, IoKind, OpenFile};
+use super::inode::{Backing, Inode, IoMode};
+use super::{agree, Caller, Entry, MirrorFs, Opened, PassthroughTo};
 use crate::errno::{Errno, Result};
 use crate::leg::LegIdx;
 use crate::mirror::outcome::DropReason;
@@ -59,31 +59,23 @@ fn leg_open_flags(flags: i32) -> i32 {
     flags & !(libc::O_APPEND | libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY | FMODE_EXEC)
 }
 
-/// Opens on one leg with `O_DIRECT` when asked, falling back to a buffered descriptor where the
-/// leg's filesystem refuses `O_DIRECT` (tmpfs). Returns the descriptor and whether it is direct.
-pub(super) fn open_maybe_direct(
-    flags: i32,
-    open: impl Fn(i32) -> Result<OwnedFd>,
-) -> Result<(OwnedFd, bool)> {
-    if flags & libc::O_DIRECT != 0 {
-        match open(flags) {
-            Ok(fd) => return Ok((fd, true)),
-            Err(Errno::EINVAL) => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok((open(flags & !libc::O_DIRECT)?, false))
-}
-
 impl MirrorFs {
     /// Opens the regular file `ino` on every in-sync leg (as `caller` when the core checks
     /// access: the leg's kernel checks read and write permission).
     pub fn open(&self, ino: u64, flags: i32, caller: &Caller) -> Result<u64> {
+        self.open_with(ino, flags, caller).map(|o| o.fh)
+    }
+
+    /// [`open`](Self::open), saying how the kernel is to reach the data (`passthrough=ro`).
+    pub fn open_with(&self, ino: u64, flags: i32, caller: &Caller) -> Result<Opened> {
         let _barrier = self.mirror.barrier();
         if ino == super::inode::CONTROL_INO {
             // Readable (it is empty); its keys are xattrs, not contents.
             return if flags & libc::O_ACCMODE == libc::O_RDONLY && flags & libc::O_TRUNC == 0 {
-                Ok(super::control::CONTROL_FH)
+                Ok(Opened {
+                    fh: super::control::CONTROL_FH,
+                    passthrough: None,
+                })
             } else {
                 Err(Errno::EACCES)
             };
@@ -112,6 +104,7 @@ impl MirrorFs {
             })?;
         }
         if flags & libc::O_TRUNC != 0 {
+            Self::no_passthrough_readers(&inode.io.lock())?;
             self.will_change(&inode);
         }
         let admission = self.handles.admit(legs.len())?;
@@ -122,8 +115,9 @@ impl MirrorFs {
         {
             // Nothing to check on the legs: their descriptors are opened at first use.
             let n = self.mirror.legs().len();
-            let file = OpenFile::read_only(inode, admission, &legs, n, later);
-            return Ok(self.handles.insert_file(file));
+            let file = OpenFile::read_only(inode.clone(), admission, &legs, n, later)
+                .with_io(|io| Ok(self.reader_io(io, &inode, &legs)))?;
+            return Ok(self.opened(file));
         }
         let opened = self.mirror.fan_out(&legs, "open", |leg| {
             let fd = inode.fd(leg)?;
@@ -137,23 +131,101 @@ impl MirrorFs {
         if flags & libc::O_TRUNC != 0 {
             self.truncated_to_zero(&inode);
         }
-        Ok(self.insert_handle(inode, admission, opened, later))
+        let file = self.open_file(inode, admission, opened, later)?;
+        Ok(self.opened(file))
     }
 
-    fn insert_handle(
+    /// A file open by passthrough now takes no open that may write: ETXTBSY, as for a
+    /// program being run. The kernel would pass the writer through to the same leg file,
+    /// and a shared writable mapping of it would then change that leg's copy alone.
+    fn no_passthrough_readers(io: &IoMode) -> Result<()> {
+        match io.passthrough {
+            0 => Ok(()),
+            _ => Err(Errno::ETXTBSY),
+        }
+    }
+
+    /// An open that may write (or was opened on every leg): through the page cache; refused
+    /// while the file is open by passthrough.
+    fn open_file(
         &self,
         inode: super::InodeRef,
         admission: Admission,
         opened: Vec<(LegIdx, (OwnedFd, bool))>,
         flags: i32,
-    ) -> u64 {
+    ) -> Result<OpenFile> {
         let n = self.mirror.legs().len();
         let mut fds: Vec<Option<(OwnedFd, bool)>> = (0..n).map(|_| None).collect();
         for (leg, f) in opened {
             fds[leg] = Some(f);
         }
-        self.handles
-            .insert_file(OpenFile::new(inode, admission, fds, flags))
+        OpenFile::new(inode, admission, fds, flags).with_io(|io| {
+            Self::no_passthrough_readers(io)?;
+            Ok(IoKind::Cached)
+        })
+    }
+
+    /// How a read-only open reaches the data, decided under the inode's `io` lock: by
+    /// passthrough when `passthrough=ro` and no open of the file uses the page cache; the leg
+    /// file is chosen by the first such open (see [`passthrough_leg`](Self::passthrough_leg)).
+    fn reader_io(&self, io: &mut IoMode, inode: &super::InodeRef, legs: &[LegIdx]) -> IoKind {
+        if !self.config.options.passthrough || io.cached > 0 {
+            return IoKind::Cached;
+        }
+        if io.backing.is_some() {
+            return IoKind::Passthrough;
+        }
+        let Some(leg) = self.passthrough_leg(legs) else {
+            return IoKind::Cached;
+        };
+        match inode
+            .fd(leg)
+            .and_then(|p| sys::fd::reopen(p.as_fd(), libc::O_RDONLY))
+        {
+            Ok(file) => {
+                let count = self.mirror.leg(leg).passthrough_files.clone();
+                io.backing = Some(Backing::new(leg, file, count));
+                IoKind::Passthrough
+            }
+            Err(e) => {
+                log::warn!(
+                    "cannot open inode {} on leg {leg} for passthrough: {e}",
+                    inode.ino
+                );
+                IoKind::Cached
+            }
+        }
+    }
+
+    /// The leg a file's passthrough opens read: of `legs` (in sync, holding the file), not
+    /// write-mostly if another can; a non-rotational one if any (an SSD before a disk); then
+    /// the one the fewest passed-through files read now.
+    fn passthrough_leg(&self, legs: &[LegIdx]) -> Option<LegIdx> {
+        let leg = |l: LegIdx| self.mirror.leg(l);
+        legs.iter().copied().min_by_key(|&l| {
+            (
+                leg(l).writemostly,
+                leg(l).rotational,
+                leg(l).passthrough_files.load(Ordering::Relaxed),
+            )
+        })
+    }
+
+    /// The handle of `file` given out, and what the kernel is to be told.
+    fn opened(&self, file: OpenFile) -> Opened {
+        let inode = file.inode.clone();
+        let kind = file.io();
+        let fh = self.handles.insert_file(file);
+        let passthrough = match kind {
+            IoKind::Cached => None,
+            IoKind::Passthrough => inode.io.lock().backing.as_ref().map(|b| PassthroughTo {
+                leg: b.leg,
+                file: b.file.clone(),
+                // A reader whose leg left the mirror is served by the daemon from the others.
+                direct_io: !self.legs_for(&inode).contains(&b.leg),
+            }),
+        };
+        Opened { fh, passthrough }
     }
 
     /// Creates and opens a regular file on every in-sync leg, as the caller.
@@ -209,9 +281,9 @@ impl MirrorFs {
         }
         // A leg that joins later opens the file again: never with O_TRUNC or O_EXCL.
         let later = flags & !(libc::O_TRUNC | libc::O_EXCL | libc::O_CREAT);
-        let fh = self.insert_handle(inode, admission, opened, later);
-        self.handles.file(fh)?.wrote.store(true, Ordering::Relaxed);
-        Ok((entry, fh))
+        let file = self.open_file(inode, admission, opened, later)?;
+        file.wrote.store(true, Ordering::Relaxed);
+        Ok((entry, self.handles.insert_file(file)))
     }
 
     /// Reads where the read policy says (one leg, or pieces on several in parallel). An I/O

@@ -1,6 +1,6 @@
 //! Open files and directories.
 
-use super::inode::Inode;
+use super::inode::{Inode, IoMode};
 use crate::errno::{Errno, Result};
 use crate::leg::LegIdx;
 use crate::policy::stream::StreamTracker;
@@ -36,6 +36,22 @@ impl AsFd for LegFd {
     }
 }
 
+/// Opens on one leg with `O_DIRECT` when asked, falling back to a buffered descriptor where the
+/// leg's filesystem refuses `O_DIRECT` (tmpfs). Returns the descriptor and whether it is direct.
+pub(super) fn open_maybe_direct(
+    flags: i32,
+    open: impl Fn(i32) -> Result<OwnedFd>,
+) -> Result<(OwnedFd, bool)> {
+    if flags & libc::O_DIRECT != 0 {
+        match open(flags) {
+            Ok(fd) => return Ok((fd, true)),
+            Err(Errno::EINVAL) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((open(flags & !libc::O_DIRECT)?, false))
+}
+
 /// One leg's part in an open file.
 enum Slot {
     /// The leg takes no part.
@@ -57,6 +73,19 @@ pub struct OpenFile {
     pub wrote: AtomicBool,
     /// The read streams of this open file (for the read policy).
     pub streams: Mutex<StreamTracker>,
+    /// How the kernel reaches the data through this open (counted in the inode's `io`; none
+    /// until [`with_io`](Self::with_io)).
+    io: Option<IoKind>,
+}
+
+/// How the kernel reaches a file's data through one open (see `inode::IoMode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoKind {
+    /// Through the page cache and the daemon.
+    Cached,
+    /// Passed through to the leg file `IoMode::backing` (reads of a read-only open never
+    /// reach the daemon; a writer's reads and writes still do, with direct I/O).
+    Passthrough,
 }
 
 impl OpenFile {
@@ -77,7 +106,30 @@ impl OpenFile {
             flags,
             wrote: AtomicBool::new(false),
             streams: Mutex::new(StreamTracker::new()),
+            io: None,
         }
+    }
+
+    /// Decides how this open (just made) reaches the data: `decide` sees the inode's `io`
+    /// under its lock and says (or refuses the open); the open is counted there as that until
+    /// it closes.
+    pub fn with_io(
+        mut self,
+        decide: impl FnOnce(&mut IoMode) -> Result<IoKind>,
+    ) -> Result<OpenFile> {
+        let mut io = self.inode.io.lock();
+        let kind = decide(&mut io)?;
+        match kind {
+            IoKind::Cached => io.cached += 1,
+            IoKind::Passthrough => io.passthrough += 1,
+        }
+        drop(io);
+        self.io = Some(kind);
+        Ok(self)
+    }
+
+    pub fn io(&self) -> IoKind {
+        self.io.unwrap_or(IoKind::Cached)
     }
 
     /// A read-only open of `inode` on `legs` (of `n`) whose descriptors are opened at their
@@ -117,9 +169,8 @@ impl OpenFile {
             return Err(Errno::EIO);
         }
         let path = self.inode.fd(leg)?;
-        let (fd, direct) = super::data::open_maybe_direct(self.flags, |f| {
-            crate::sys::fd::reopen(path.as_fd(), f)
-        })?;
+        let (fd, direct) =
+            open_maybe_direct(self.flags, |f| crate::sys::fd::reopen(path.as_fd(), f))?;
         let f = Arc::new(LegFd { fd, direct });
         *slot = Slot::Open(f.clone());
         Ok(f)
@@ -158,6 +209,18 @@ impl From<Option<(OwnedFd, bool)>> for Slot {
 
 impl Drop for OpenFile {
     fn drop(&mut self) {
+        let mut io = self.inode.io.lock();
+        match self.io {
+            None => {}
+            Some(IoKind::Cached) => io.cached = io.cached.saturating_sub(1),
+            Some(IoKind::Passthrough) => {
+                io.passthrough = io.passthrough.saturating_sub(1);
+                if io.passthrough == 0 {
+                    io.backing = None;
+                }
+            }
+        }
+        drop(io);
         self.inode.file_closed();
     }
 }

@@ -62,6 +62,46 @@ pub struct Inode {
     pub data_lock: RwLock<()>,
     /// For regular files: its checksums, once looked for (see `fs/checksums.rs`).
     pub sums: Mutex<Sums>,
+    /// For regular files: how its open files reach the data (`passthrough=ro`).
+    pub io: Mutex<IoMode>,
+}
+
+/// The leg file passthrough opens of a file are read from; counted in the leg's
+/// `passthrough_files` while it lives.
+pub struct Backing {
+    pub leg: LegIdx,
+    pub file: Arc<OwnedFd>,
+    count: Arc<std::sync::atomic::AtomicU32>,
+}
+
+impl Backing {
+    pub fn new(leg: LegIdx, file: OwnedFd, count: Arc<std::sync::atomic::AtomicU32>) -> Backing {
+        count.fetch_add(1, Ordering::Relaxed);
+        Backing {
+            leg,
+            file: Arc::new(file),
+            count,
+        }
+    }
+}
+
+impl Drop for Backing {
+    fn drop(&mut self) {
+        self.count.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// How the open files of a regular file reach its data (the kernel's rules for FUSE
+/// passthrough, `fs/iomode.c`): while any open is passed through to a leg's file, every open
+/// of the inode must be passed through to that same file, and none may use the page cache.
+#[derive(Default)]
+pub struct IoMode {
+    /// The leg file the kernel reads passthrough opens from, while any is open.
+    pub backing: Option<Backing>,
+    /// Open files passed through (including writers answered with direct I/O).
+    pub passthrough: usize,
+    /// Open files through the page cache.
+    pub cached: usize,
 }
 
 /// What a regular file's checksums are.
@@ -483,6 +523,7 @@ impl InodeTable {
                     dir_lock: RwLock::new(()),
                     data_lock: RwLock::new(()),
                     sums: Mutex::new(Sums::Uncovered(u64::MAX)),
+                    io: Mutex::new(IoMode::default()),
                 }),
                 lookups: 1,
             },
@@ -562,6 +603,7 @@ impl InodeTable {
             dir_lock: RwLock::new(()),
             data_lock: RwLock::new(()),
             sums: Mutex::new(Sums::Unknown),
+            io: Mutex::new(IoMode::default()),
         });
         inner.live.insert(
             ino,

@@ -81,7 +81,7 @@ impl LiveObjects for Live {
             }
             let path_fd = h.inode.fd(target)?;
             let opened =
-                super::data::open_maybe_direct(h.flags, |f| sys::fd::reopen(path_fd.as_fd(), f))?;
+                super::handle::open_maybe_direct(h.flags, |f| sys::fd::reopen(path_fd.as_fd(), f))?;
             h.attach(target, Some(opened));
         }
         log::info!(

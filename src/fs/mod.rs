@@ -82,6 +82,24 @@ pub struct StatFs {
     pub frsize: u32,
 }
 
+/// What an open tells the kernel.
+#[derive(Debug)]
+pub struct Opened {
+    pub fh: u64,
+    /// `passthrough=ro`: the read-only open is passed through to this leg file (the same for
+    /// every open of the inode while any is), with direct I/O when its reads must come to the
+    /// daemon after all (the leg left the mirror since the file's first passthrough open).
+    pub passthrough: Option<PassthroughTo>,
+}
+
+/// See [`Opened::passthrough`].
+#[derive(Debug)]
+pub struct PassthroughTo {
+    pub leg: crate::leg::LegIdx,
+    pub file: Arc<std::os::fd::OwnedFd>,
+    pub direct_io: bool,
+}
+
 /// The answer to `getxattr`/`listxattr`: the value, or only its size when asked with size 0.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum XattrReply {

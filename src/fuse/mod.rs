@@ -7,12 +7,13 @@
 use crate::config::KernelCache;
 use crate::errno::{Errno, Result};
 use crate::fs::kernel::Notify;
-use crate::fs::{Caller, MirrorFs, SetAttr, TimeSpec, XattrReply};
+use crate::fs::{Caller, MirrorFs, PassthroughTo, SetAttr, TimeSpec, XattrReply};
+use crate::leg::LegIdx;
 use fuser::{
-    AccessFlags, BsdFileFlags, CopyFileRangeFlags, FileHandle, Filesystem, FopenFlags, Generation,
-    INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, BackingId, BsdFileFlags, CopyFileRangeFlags, FileHandle, Filesystem, FopenFlags,
+    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use std::ffi::OsStr;
 use std::path::Path;
@@ -25,11 +26,81 @@ const MAX_IO: u32 = 1 << 20;
 pub struct MirrorFuse {
     fs: std::sync::Arc<MirrorFs>,
     cache: KernelCache,
+    /// The kernel took FUSE_PASSTHROUGH (`passthrough=ro`).
+    passthrough: bool,
+    backings: parking_lot::Mutex<Backings>,
+}
+
+/// The kernel's backing files (`passthrough=ro`): one per inode while any of its opens is
+/// passed through (the kernel refuses a second one), given back at the last release.
+#[derive(Default)]
+struct Backings {
+    /// By inode: the leg, the registered file, and how many open handles use it.
+    by_ino: std::collections::HashMap<u64, (LegIdx, std::sync::Arc<BackingId>, usize)>,
+    /// Passed-through handles, with their inode.
+    handles: std::collections::HashMap<u64, u64>,
 }
 
 impl MirrorFuse {
     pub fn new(fs: std::sync::Arc<MirrorFs>, cache: KernelCache) -> MirrorFuse {
-        MirrorFuse { fs, cache }
+        MirrorFuse {
+            fs,
+            cache,
+            passthrough: false,
+            backings: Default::default(),
+        }
+    }
+
+    /// The backing id of the passed-through open `fh` of `ino` (registered by the first open
+    /// of the inode, shared by the others); counted until [`let_go`](Self::let_go).
+    fn backing_for(
+        &self,
+        ino: u64,
+        fh: u64,
+        to: &PassthroughTo,
+        register: impl FnOnce(&std::os::fd::OwnedFd) -> std::io::Result<BackingId>,
+    ) -> std::io::Result<std::sync::Arc<BackingId>> {
+        let mut b = self.backings.lock();
+        let id = match b.by_ino.get_mut(&ino) {
+            // The core keeps one leg file per inode while any open is passed through.
+            Some((leg, id, n)) if *leg == to.leg => {
+                *n += 1;
+                id.clone()
+            }
+            _ => {
+                let id = std::sync::Arc::new(register(&to.file)?);
+                b.by_ino.insert(ino, (to.leg, id.clone(), 1));
+                id
+            }
+        };
+        b.handles.insert(fh, ino);
+        Ok(id)
+    }
+
+    /// The handle `fh` is released: its inode's backing id goes with its last handle.
+    fn let_go(&self, fh: u64) {
+        let mut b = self.backings.lock();
+        let Some(ino) = b.handles.remove(&fh) else {
+            return;
+        };
+        if let Some((_, _, n)) = b.by_ino.get_mut(&ino) {
+            *n -= 1;
+            if *n == 0 {
+                b.by_ino.remove(&ino);
+            }
+        }
+    }
+
+    /// The kernel refused to take the leg file as a backing file: the open fails (EIO) and its
+    /// handle goes.
+    fn backing_failed(&self, fh: u64, to: &PassthroughTo, e: std::io::Error) {
+        log::error!(
+            "passthrough=ro: the kernel refused leg {}'s file as a backing file ({e}); a leg on \
+             a stacked filesystem (overlayfs, FUSE) cannot back passthrough: mount without \
+             passthrough=ro",
+            to.leg
+        );
+        let _ = self.fs.release(fh);
     }
 
     /// The flags of a file open: what the kernel keeps of it.
@@ -201,6 +272,17 @@ impl Filesystem for MirrorFuse {
                 log::info!("kernel refused {refused:?}");
             }
         }
+        if self.cache.passthrough {
+            // Backing files on a plain filesystem: this mount may itself be stacked once.
+            let depth = config.set_max_stack_depth(1);
+            match (depth, config.add_capabilities(InitFlags::FUSE_PASSTHROUGH)) {
+                (Ok(_), Ok(())) => self.passthrough = true,
+                _ => log::error!(
+                    "passthrough=ro: the kernel does not offer FUSE passthrough; every open \
+                     goes through the daemon"
+                ),
+            }
+        }
         Ok(())
     }
 
@@ -369,9 +451,31 @@ impl Filesystem for MirrorFuse {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let r = self.fs.open(ino.0, flags.0, &caller(req));
-        reply_or_err!(reply, "open", r, |fh| reply
-            .opened(FileHandle(fh), self.file_open_flags(flags.0)))
+        let o = match self.fs.open_with(ino.0, flags.0, &caller(req)) {
+            Ok(o) => o,
+            Err(e) => {
+                log_err("open", e);
+                return reply.error(errno(e));
+            }
+        };
+        match o.passthrough.as_ref().filter(|_| self.passthrough) {
+            None => reply.opened(FileHandle(o.fh), self.file_open_flags(flags.0)),
+            Some(to) => match self.backing_for(ino.0, o.fh, to, |f| reply.open_backing(f)) {
+                // Only NOFLUSH and DIRECT_IO go with PASSTHROUGH (no page cache to keep).
+                Ok(id) => {
+                    let mut f = FopenFlags::FOPEN_NOFLUSH;
+                    if to.direct_io {
+                        // Its reads come to the daemon (the leg it was passed to has left).
+                        f |= FopenFlags::FOPEN_DIRECT_IO;
+                    }
+                    reply.opened_passthrough(FileHandle(o.fh), f, &id)
+                }
+                Err(e) => {
+                    self.backing_failed(o.fh, to, e);
+                    reply.error(fuser::Errno::EIO)
+                }
+            },
+        }
     }
 
     fn read(
@@ -426,6 +530,7 @@ impl Filesystem for MirrorFuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        self.let_go(fh.0);
         reply_empty(reply, "release", self.fs.release(fh.0))
     }
 

@@ -108,6 +108,9 @@ pub struct Leg {
     state: AtomicU8,
     /// Our own reads and writes on this leg that are picked or running and not finished.
     pub inflight: AtomicU32,
+    /// Files whose open files the kernel reads from this leg by passthrough (`passthrough=ro`),
+    /// counted by the `fs` layer's backing guard.
+    pub passthrough_files: std::sync::Arc<AtomicU32>,
     /// Read errors since the mount (the budget of `MAX_READ_ERRORS`; not reset by
     /// `stats_reset`).
     pub read_faults: AtomicU64,
@@ -241,6 +244,7 @@ impl Leg {
             writemostly: spec.writemostly,
             state: AtomicU8::new(state as u8),
             inflight: AtomicU32::new(0),
+            passthrough_files: Default::default(),
             read_faults: AtomicU64::new(0),
             counters: LegCounters::default(),
             free: Mutex::new(FreeSpace {

@@ -4,8 +4,9 @@
 #      pvsync2 with fsync, O_DIRECT via libaio); every byte written is read back and checked.
 #   2. The mirror pattern: write 128 MiB through the mount (saving fio's verify state), remount,
 #      then verify the data with --verify_only on EACH LEG directly, and through the mount.
-#   3. The legs must be identical (mounted, and after unmounting).
-#   4. Negative control: one flipped byte on leg1 must be caught by compare_legs and by fio.
+#   3. Read-only opens (fio randread, dd O_DIRECT): right data; with passthrough=ro, no daemon reads.
+#   4. The legs must be identical (mounted, and after unmounting).
+#   5. Negative control: one flipped byte on leg1 must be caught by compare_legs and by fio.
 set -uo pipefail
 # shellcheck source=tests/external/lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -51,6 +52,32 @@ persist_verify_legs() {
     return $rc
 }
 
+# Read-only opens of the persist file: fio random reads (O_DIRECT, libaio, iodepth 16,
+# --readonly) and whole-file reads (buffered, and O_DIRECT with dd), checked against leg0's copy.
+# With passthrough=ro the kernel reads them from a leg by itself: the daemon's read counters must
+# not move.
+readonly_reads() {
+    local f=$MNT/persist/persist.0.0 rc=0 pt before after want
+    pt=$(getfattr --absolute-names --only-values -n user.mirrorfs.passthrough "$MNT") || return 1
+    sync -f "$MNT"
+    echo 3 >/proc/sys/vm/drop_caches
+    reads() { getfattr --absolute-names --only-values -n user.mirrorfs.stats "$MNT" | jq '[.legs[].read_ops] | add'; }
+    before=$(reads)
+    fio_ok "$OUT/readonly.log" --name=ro --filename="$f" --readonly --rw=randread --bs=4k \
+        --direct=1 --ioengine=libaio --iodepth=16 --runtime=3 --time_based || rc=1
+    want=$(sha256sum <"${LEGS[0]}/persist/persist.0.0")
+    [ "$(sha256sum <"$f")" = "$want" ] || { warn "buffered read of $f differs from leg0's copy"; rc=1; }
+    [ "$(dd if="$f" bs=1M iflag=direct status=none | sha256sum)" = "$want" ] ||
+        { warn "O_DIRECT read of $f differs from leg0's copy"; rc=1; }
+    after=$(reads)
+    if [ "$pt" = ro ] && [ "$after" != "$before" ]; then
+        warn "passthrough=ro, yet the daemon read: read_ops $before -> $after"
+        rc=1
+    fi
+    echo "passthrough=$pt: daemon read_ops $before -> $after"
+    return $rc
+}
+
 # Flip one byte in leg1's copy; both checks must notice; then put the byte and the mtime back.
 negative_control() {
     local f=${LEGS[1]}/persist/persist.0.0 rc=0 b
@@ -84,6 +111,7 @@ run_step "persist: write 128 MiB via mount" persist_write
 run_step --here "remount" remount_mirror
 run_step "persist: verify_only on each leg" persist_verify_legs
 run_step "persist: verify_only via mount" persist_verify "$MNT" mount
+run_step "read-only reads (fio, dd O_DIRECT, sha256)" readonly_reads
 run_step "legs identical (remounted)" check_mirror
 run_step --here "unmount" unmount_mirror
 run_step "legs identical (unmounted)" compare_legs "${LEGS[@]}"
