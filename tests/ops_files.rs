@@ -378,42 +378,22 @@ fn shared_mmap_write(n: usize) {
         .open(&p)
         .unwrap();
     f.write_all_at(&want, 0).unwrap();
-    unsafe {
-        let ptr = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        );
-        assert_ne!(
-            ptr,
-            libc::MAP_FAILED,
-            "mmap(MAP_SHARED, PROT_WRITE): {}",
-            std::io::Error::last_os_error()
-        );
-        let s = std::slice::from_raw_parts_mut(ptr as *mut u8, len);
-        assert_bytes_eq(s, &want, "mapping shows the written data");
-        // Dirty a few pages, one byte in the last partial page too.
-        let patch = pattern(10_000, 22);
-        s[5000..15000].copy_from_slice(&patch);
-        want[5000..15000].copy_from_slice(&patch);
-        s[len - 1] = 0xAB;
-        want[len - 1] = 0xAB;
-        s[200_000] = 0xCD;
-        want[200_000] = 0xCD;
-        assert_eq!(
-            libc::msync(ptr, len, libc::MS_SYNC),
-            0,
-            "msync: {}",
-            std::io::Error::last_os_error()
-        );
-        // Read back through another fd while still mapped.
-        let other = read_all(&p);
-        assert_bytes_eq(&other, &want, "read through another fd after msync");
-        assert_eq!(libc::munmap(ptr, len), 0, "munmap");
-    }
+    let mut map = SharedMap::new(&f, len);
+    let s = map.bytes();
+    assert_bytes_eq(s, &want, "mapping shows the written data");
+    // Dirty a few pages, one byte in the last partial page too.
+    let patch = pattern(10_000, 22);
+    s[5000..15000].copy_from_slice(&patch);
+    want[5000..15000].copy_from_slice(&patch);
+    s[len - 1] = 0xAB;
+    want[len - 1] = 0xAB;
+    s[200_000] = 0xCD;
+    want[200_000] = 0xCD;
+    map.sync();
+    // Read back through another fd while still mapped.
+    let other = read_all(&p);
+    assert_bytes_eq(&other, &want, "read through another fd after msync");
+    drop(map);
     drop(f);
     assert_eq!(fs::metadata(&p).unwrap().len(), len as u64);
     assert_content_on_legs(m.legs(), "mapped", &want);

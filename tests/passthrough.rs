@@ -13,7 +13,6 @@ use common::*;
 use mirrorfs::stats::LegState;
 use std::fs;
 use std::io::Write;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
@@ -34,31 +33,6 @@ fn pread_all(f: &fs::File) -> Vec<u8> {
             return out;
         }
         out.extend_from_slice(&buf[..n]);
-    }
-}
-
-/// Writes `data` at `offset` of `f` through a shared writable mapping of its first `len`
-/// bytes, and syncs the mapping.
-fn write_mapped(f: &fs::File, len: usize, offset: usize, data: &[u8]) {
-    unsafe {
-        let ptr = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        );
-        assert_ne!(
-            ptr,
-            libc::MAP_FAILED,
-            "mmap(MAP_SHARED, PROT_WRITE): {}",
-            std::io::Error::last_os_error()
-        );
-        let s = std::slice::from_raw_parts_mut(ptr as *mut u8, len);
-        s[offset..offset + data.len()].copy_from_slice(data);
-        assert_eq!(libc::msync(ptr, len, libc::MS_SYNC), 0, "msync");
-        libc::munmap(ptr, len);
     }
 }
 
@@ -257,7 +231,10 @@ fn writers_and_passed_through_readers() {
     let mut w = open_once_released(fs::OpenOptions::new().read(true).write(true), &m.path("f"));
     let r = fs::File::open(m.path("f")).unwrap();
     w.write_all(b"written first").unwrap();
-    write_mapped(&w, 4096, 100, b"MAPPED!!");
+    let mut map = SharedMap::new(&w, 4096);
+    map.bytes()[100..108].copy_from_slice(b"MAPPED!!");
+    map.sync();
+    drop(map);
     drop(w);
     let mut want = data.clone();
     want[..13].copy_from_slice(b"written first");

@@ -448,6 +448,54 @@ pub fn all_xattrs<P: AsRef<Path>>(p: P) -> BTreeMap<String, Vec<u8>> {
 }
 
 /// A buffer of `len` bytes whose address is aligned to `align` (for O_DIRECT).
+/// A shared writable mapping (`MAP_SHARED`, `PROT_READ | PROT_WRITE`) of the first `len`
+/// bytes of an open file; unmapped when dropped.
+pub struct SharedMap {
+    ptr: *mut libc::c_void,
+    len: usize,
+}
+
+impl SharedMap {
+    #[track_caller]
+    pub fn new(f: &std::fs::File, len: usize) -> SharedMap {
+        use std::os::fd::AsRawFd;
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(
+            ptr,
+            libc::MAP_FAILED,
+            "mmap(MAP_SHARED, PROT_WRITE): {}",
+            io::Error::last_os_error()
+        );
+        SharedMap { ptr, len }
+    }
+
+    pub fn bytes(&mut self) -> &mut [u8] {
+        unsafe { std::slice::from_raw_parts_mut(self.ptr as *mut u8, self.len) }
+    }
+
+    /// `msync(MS_SYNC)`.
+    #[track_caller]
+    pub fn sync(&self) {
+        let r = unsafe { libc::msync(self.ptr, self.len, libc::MS_SYNC) };
+        assert_eq!(r, 0, "msync: {}", io::Error::last_os_error());
+    }
+}
+
+impl Drop for SharedMap {
+    fn drop(&mut self) {
+        unsafe { libc::munmap(self.ptr, self.len) };
+    }
+}
+
 pub struct AlignedBuf {
     ptr: *mut u8,
     layout: std::alloc::Layout,
