@@ -78,6 +78,8 @@ fn control_writes_need_root(options: &[&str]) {
         ("fault", "clear"),
         ("attr_timeout", "5"),
         ("cache", "off"),
+        ("passthrough", "ro"),
+        ("selinux_xattr", "pass"),
         ("no_such_key", "x"),
     ];
     let control = m.path(".mirrorfs");
