@@ -60,34 +60,20 @@ fn read_ops(mnt: &Path) -> Vec<u64> {
     stats(mnt).legs.iter().map(|l| l.read_ops).collect()
 }
 
-/// The daemon's open (not `O_PATH`) descriptors on each leg's copy of `rel`, from
-/// `/proc/PID/fd` and `fdinfo`. A passed-through file keeps one on its leg; read-only opens
-/// open none until they read through the daemon.
-fn fds_on(m: &Mounted, rel: &str) -> Vec<usize> {
-    let pid = m.daemon_pids()[0];
-    let targets: Vec<_> = fs::read_dir(format!("/proc/{pid}/fd"))
-        .unwrap()
-        .filter_map(|e| {
-            let e = e.ok()?;
-            let info = fs::read_to_string(format!(
-                "/proc/{pid}/fdinfo/{}",
-                e.file_name().to_string_lossy()
-            ))
-            .ok()?;
-            let flags = info
-                .lines()
-                .find_map(|l| l.strip_prefix("flags:"))
-                .and_then(|f| i32::from_str_radix(f.trim(), 8).ok())?;
-            if flags & libc::O_PATH != 0 {
-                return None;
-            }
-            fs::read_link(e.path()).ok()
-        })
-        .collect();
-    m.leg_paths(rel)
+/// Writes `data` to `rel` through the mount, and waits until the daemon has the write's
+/// RELEASE (the kernel sends it after close() returns): until then the file is open for
+/// writing, and a read-only open of it would rightly go through the page cache instead.
+fn write_released(m: &Mounted, rel: &str, data: &[u8]) {
+    fs::write(m.path(rel), data).unwrap();
+    assert!(
+        wait_for(std::time::Duration::from_secs(10), || daemon_open_fds_on(
+            m, rel
+        )
         .iter()
-        .map(|p| targets.iter().filter(|t| *t == p).count())
-        .collect()
+        .all(|&n| n == 0)),
+        "the daemon still holds {rel} open: {:?}",
+        daemon_open_fds_on(m, rel)
+    );
 }
 
 /// Drops every cached page (the legs' too: passed-through reads use the leg's page cache).
@@ -135,7 +121,7 @@ fn passed_through_reads_bypass_the_daemon() {
     let data = pattern(4 * MIB, 3);
     for (opts, through_daemon) in [(&PT[..], false), (&["checksum=off"][..], true)] {
         let m = TestMirror::new(2).options(opts).mount();
-        fs::write(m.path("f"), &data).unwrap();
+        write_released(&m, "f", &data);
         drop_all_caches();
         let before = read_ops(m.mnt());
         assert_bytes_eq(&read_all(&m.path("f")), &data, "buffered read");
@@ -172,13 +158,13 @@ fn the_passed_through_leg_is_chosen_and_shared() {
         dirs,
         vec![legs.into(), mnt.into(), "-o".into(), PT.join(",").into()],
     );
-    fs::write(m.path("f"), b"on the fast leg").unwrap();
+    write_released(&m, "f", b"on the fast leg");
     let opens: Vec<fs::File> = (0..5)
         .map(|_| fs::File::open(m.path("f")).unwrap())
         .collect();
     assert_eq!(read_all(&m.path("f")), b"on the fast leg");
     assert_eq!(
-        fds_on(&m, "f"),
+        daemon_open_fds_on(&m, "f"),
         vec![0, 1],
         "six opens of f: one leg file, on the non-rotational leg1"
     );
@@ -187,11 +173,11 @@ fn the_passed_through_leg_is_chosen_and_shared() {
 
     // Equal legs: a second file goes to the other leg.
     let m = TestMirror::new(2).options(&PT).mount();
-    fs::write(m.path("a"), b"a").unwrap();
-    fs::write(m.path("b"), b"b").unwrap();
+    write_released(&m, "a", b"a");
+    write_released(&m, "b", b"b");
     let fa = fs::File::open(m.path("a")).unwrap();
     let fb = fs::File::open(m.path("b")).unwrap();
-    let (ha, hb) = (fds_on(&m, "a"), fds_on(&m, "b"));
+    let (ha, hb) = (daemon_open_fds_on(&m, "a"), daemon_open_fds_on(&m, "b"));
     assert_eq!(ha.iter().sum::<usize>(), 1, "{ha:?}");
     assert_eq!(hb.iter().sum::<usize>(), 1, "{hb:?}");
     assert_ne!(ha, hb, "both files on one leg");
@@ -208,7 +194,7 @@ fn writers_and_passed_through_readers() {
     require_tool!("getfattr");
     let mut m = TestMirror::new(2).options(&PT).mount();
     let data = pattern(256 * 1024, 9);
-    fs::write(m.path("f"), &data).unwrap();
+    write_released(&m, "f", &data);
     let reader = fs::File::open(m.path("f")).unwrap();
     for (what, o) in [
         (
@@ -259,9 +245,13 @@ fn a_passed_through_leg_that_fails() {
     opts.push("fault_injection");
     let m = TestMirror::new(2).options(&opts).mount();
     let data = pattern(MIB, 21);
-    fs::write(m.path("f"), &data).unwrap();
+    write_released(&m, "f", &data);
     let old = fs::File::open(m.path("f")).unwrap();
-    assert_eq!(fds_on(&m, "f"), vec![1, 0], "f is passed through to leg0");
+    assert_eq!(
+        daemon_open_fds_on(&m, "f"),
+        vec![1, 0],
+        "f is passed through to leg0"
+    );
     // A write error drops leg0.
     fs::write(m.path("g"), b"x").unwrap();
     setfattr_ok(&m.path("g"), FAULT, "leg=0 op=write errno=EIO");
@@ -284,13 +274,18 @@ fn a_passed_through_leg_that_fails() {
     drop((old, new));
     // Once both are released, nothing holds leg0's copy open.
     assert!(
-        wait_for(std::time::Duration::from_secs(10), || fds_on(&m, "f")
-            == vec![0, 0]),
+        wait_for(std::time::Duration::from_secs(10), || daemon_open_fds_on(
+            &m, "f"
+        ) == vec![0, 0]),
         "still held: {:?}",
-        fds_on(&m, "f")
+        daemon_open_fds_on(&m, "f")
     );
     let again = fs::File::open(m.path("f")).unwrap();
-    assert_eq!(fds_on(&m, "f"), vec![0, 1], "now passed through to leg1");
+    assert_eq!(
+        daemon_open_fds_on(&m, "f"),
+        vec![0, 1],
+        "now passed through to leg1"
+    );
     drop_all_caches();
     let before = read_ops(m.mnt());
     assert_bytes_eq(&pread_all(&again), &data, "passed through to leg1");

@@ -448,6 +448,36 @@ pub fn all_xattrs<P: AsRef<Path>>(p: P) -> BTreeMap<String, Vec<u8>> {
 }
 
 /// A buffer of `len` bytes whose address is aligned to `align` (for O_DIRECT).
+/// The daemon's open (not `O_PATH`) descriptors on each leg's copy of `rel`, from
+/// `/proc/PID/fd` and `fdinfo`. A passed-through file keeps one on its leg; read-only opens
+/// open none until they read through the daemon.
+pub fn daemon_open_fds_on(m: &Mounted, rel: &str) -> Vec<usize> {
+    let pid = m.daemon_pids()[0];
+    let targets: Vec<_> = fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let info = fs::read_to_string(format!(
+                "/proc/{pid}/fdinfo/{}",
+                e.file_name().to_string_lossy()
+            ))
+            .ok()?;
+            let flags = info
+                .lines()
+                .find_map(|l| l.strip_prefix("flags:"))
+                .and_then(|f| i32::from_str_radix(f.trim(), 8).ok())?;
+            if flags & libc::O_PATH != 0 {
+                return None;
+            }
+            fs::read_link(e.path()).ok()
+        })
+        .collect();
+    m.leg_paths(rel)
+        .iter()
+        .map(|p| targets.iter().filter(|t| *t == p).count())
+        .collect()
+}
+
 /// A shared writable mapping (`MAP_SHARED`, `PROT_READ | PROT_WRITE`) of the first `len`
 /// bytes of an open file; unmapped when dropped.
 pub struct SharedMap {
