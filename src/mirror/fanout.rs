@@ -5,6 +5,13 @@
 //! their legs' workers, then waits for all of them: a write costs about the slowest leg, not
 //! the sum of the legs.
 //!
+//! Handing a part to a worker is not free: waking it and waiting for it costs tens of
+//! microseconds on a busy machine, more than a metadata operation on a local disk takes.
+//! [`LegWorkers::run_costed`] learns what each kind of operation costs on each leg
+//! ([`OpCosts`]) and runs the other legs' parts one after another on the calling thread when
+//! they are all cheap; a slow leg (a disk seeking, a remote filesystem, an `fsync`) keeps its
+//! own thread, so a slow operation still costs about the slowest leg, not the sum.
+//!
 //! The operation is borrowed, not `'static`: the caller's data (a write's buffer) is not copied.
 //! This is sound because [`LegWorkers::run`] never returns before every job it sent has
 //! finished (each job reports through a channel even if the operation panics).
@@ -12,7 +19,70 @@
 use crate::leg::LegIdx;
 use crossbeam_channel::{unbounded, Sender};
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread::JoinHandle;
+use std::time::Instant;
+
+/// Kinds of operation told apart by [`OpCosts`] (by a hash of their name; two names sharing a
+/// slot share an estimate, which only makes it coarser).
+const COST_SLOTS: usize = 32;
+
+/// A part of an operation expected to take less than this (µs) on every leg but the first is
+/// run on the calling thread, after the first's.
+pub const INLINE_BELOW_US: u32 = 50;
+
+/// What each kind of operation has cost lately on each leg: a moving average of its running
+/// times in microseconds (a new sample counts for a quarter; a slower one at once for half).
+pub struct OpCosts {
+    legs: Vec<[AtomicU32; COST_SLOTS]>,
+}
+
+impl OpCosts {
+    pub fn new(n_legs: usize) -> OpCosts {
+        OpCosts {
+            legs: (0..n_legs)
+                .map(|_| std::array::from_fn(|_| AtomicU32::new(0)))
+                .collect(),
+        }
+    }
+
+    /// The slot of the operation called `what` (FNV-1a).
+    pub fn slot(what: &str) -> usize {
+        let h = what.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        (h % COST_SLOTS as u64) as usize
+    }
+
+    /// The estimate for `slot` on `leg`, in µs (0 until measured).
+    pub fn get(&self, leg: LegIdx, slot: usize) -> u32 {
+        self.legs
+            .get(leg)
+            .map_or(0, |l| l[slot % COST_SLOTS].load(Ordering::Relaxed))
+    }
+
+    /// One run of `slot` on `leg` took `us`.
+    pub fn record(&self, leg: LegIdx, slot: usize, us: u32) {
+        let Some(cell) = self.legs.get(leg).map(|l| &l[slot % COST_SLOTS]) else {
+            return;
+        };
+        let old = cell.load(Ordering::Relaxed);
+        let new = if us > old {
+            old / 2 + us / 2
+        } else {
+            old - old / 4 + us / 4
+        };
+        cell.store(new, Ordering::Relaxed);
+    }
+
+    /// Whether the parts of `slot` on every leg of `legs` after the first are cheap enough to
+    /// run on the calling thread.
+    pub fn cheap(&self, legs: &[LegIdx], slot: usize) -> bool {
+        legs.iter()
+            .skip(1)
+            .all(|&l| self.get(l, slot) < INLINE_BELOW_US)
+    }
+}
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
 type LegOp<'a, T> = dyn Fn(LegIdx) -> T + Sync + 'a;
@@ -107,6 +177,46 @@ impl LegWorkers {
     }
 }
 
+impl LegWorkers {
+    /// As [`run`](Self::run) for the operation whose cost slot is `slot` ([`OpCosts::slot`]):
+    /// each part is timed into `costs`, and when the parts of the legs after the first are all
+    /// cheap ([`OpCosts::cheap`]) they run on this thread, one after another, instead of on
+    /// their workers. Every part runs either way; a panic is raised once all have.
+    pub fn run_costed<T, F>(
+        &self,
+        costs: &OpCosts,
+        slot: usize,
+        legs: &[LegIdx],
+        op: F,
+    ) -> Vec<(LegIdx, T)>
+    where
+        T: Send + 'static,
+        F: Fn(LegIdx) -> T + Sync,
+    {
+        let timed = |leg: LegIdx| {
+            let t = Instant::now();
+            let r = op(leg);
+            let us = u32::try_from(t.elapsed().as_micros()).unwrap_or(u32::MAX);
+            costs.record(leg, slot, us);
+            r
+        };
+        if legs.len() < 2 || !costs.cheap(legs, slot) {
+            return self.run(legs, timed);
+        }
+        let results: Vec<(LegIdx, std::thread::Result<T>)> = legs
+            .iter()
+            .map(|&l| (l, catch_unwind(AssertUnwindSafe(|| timed(l)))))
+            .collect();
+        results
+            .into_iter()
+            .map(|(l, r)| match r {
+                Ok(v) => (l, v),
+                Err(panic) => resume_unwind(panic),
+            })
+            .collect()
+    }
+}
+
 impl Drop for LegWorkers {
     fn drop(&mut self) {
         self.queues.clear();
@@ -164,6 +274,57 @@ mod tests {
             vec![(0, 3), (1, 3), (2, 3)],
             "a job went on before the three had started: they did not run at once"
         );
+    }
+
+    #[test]
+    fn costs_learn_what_is_slow_and_forget_it() {
+        let c = OpCosts::new(2);
+        let (fsync, mkdir) = (OpCosts::slot("fsync"), OpCosts::slot("mkdir"));
+        assert!(c.cheap(&[0, 1], fsync), "unmeasured: cheap");
+        c.record(1, fsync, 8_000);
+        assert!(!c.cheap(&[0, 1], fsync), "one slow fsync on leg1 is enough");
+        assert!(
+            c.cheap(&[1, 0], fsync),
+            "the first leg's part always runs here"
+        );
+        if mkdir != fsync {
+            assert!(
+                c.cheap(&[0, 1], mkdir),
+                "another kind keeps its own estimate"
+            );
+        }
+        for _ in 0..40 {
+            c.record(1, fsync, 10);
+        }
+        assert!(
+            c.cheap(&[0, 1], fsync),
+            "{} after 40 quick runs",
+            c.get(1, fsync)
+        );
+    }
+
+    /// Cheap parts run on the calling thread, in order; an expensive one on the workers (its
+    /// part overlaps the first leg's, which can only happen on two threads).
+    #[test]
+    fn cheap_parts_run_here_and_slow_ones_on_the_workers() {
+        let w = LegWorkers::new(2, 1).unwrap();
+        let c = OpCosts::new(2);
+        let slot = OpCosts::slot("op");
+        let here = std::thread::current().id();
+        let out = w.run_costed(&c, slot, &[0, 1], |_| std::thread::current().id() == here);
+        assert_eq!(out, vec![(0, true), (1, true)]);
+        c.record(1, slot, 10 * INLINE_BELOW_US);
+        let out = w.run_costed(&c, slot, &[0, 1], |_| std::thread::current().id() == here);
+        assert_eq!(out, vec![(0, true), (1, false)]);
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            let c = OpCosts::new(2);
+            w.run_costed(&c, slot, &[0, 1], |leg| {
+                if leg == 0 {
+                    panic!("boom")
+                }
+            })
+        }));
+        assert!(r.is_err());
     }
 
     #[test]

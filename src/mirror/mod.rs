@@ -64,6 +64,8 @@ pub struct Mirror {
     /// Per leg, what its completed reads taught (service times, read positions).
     reads: Vec<Mutex<ReadHistory>>,
     workers: LegWorkers,
+    /// What each kind of fan-out has cost lately on each leg (whether a part is worth a worker).
+    op_costs: fanout::OpCosts,
     policy: RwLock<Box<dyn ReadPolicy>>,
     /// The superblocks as last written, by leg (None for a leg we cannot write).
     superblocks: Mutex<Vec<Option<LegSuperblock>>>,
@@ -98,6 +100,7 @@ impl Mirror {
         write_intent: bool,
         checksum: bool,
     ) -> Result<Mirror> {
+        let n_legs = legs.len();
         let workers = LegWorkers::new(legs.len(), threads_per_leg).map_err(|e| {
             log::error!(
                 "cannot start {} I/O threads ({threads_per_leg} per leg): {e}",
@@ -123,6 +126,7 @@ impl Mirror {
             integrity,
             reads: legs.iter().map(|_| Mutex::default()).collect(),
             legs,
+            op_costs: fanout::OpCosts::new(n_legs),
             workers,
             policy: RwLock::new(policy),
             superblocks: Mutex::new(superblocks),
@@ -269,7 +273,8 @@ impl Mirror {
         if kept.is_empty() && !legs.is_empty() {
             return Err(Errno::EIO);
         }
-        let out = reconcile(self.workers.run(&kept, |leg| {
+        let slot = fanout::OpCosts::slot(what);
+        let out = reconcile(self.workers.run_costed(&self.op_costs, slot, &kept, |leg| {
             let _inflight = InflightGuard::new(&self.legs[leg]);
             self.faults.check_file(leg, what, file)?;
             op(leg)
