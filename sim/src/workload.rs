@@ -153,6 +153,35 @@ pub fn seed_workloads(duration_us: u64) -> Vec<Workload> {
     let ssd_usb = || vec![LegSpec::ssd("ssd"), LegSpec::usb("usb")];
     let ssd_hdd = || vec![LegSpec::ssd("ssd"), LegSpec::hdd("hdd")];
     let rig = || vec![LegSpec::rig_hdd("rig0"), LegSpec::rig_hdd("rig1")];
+    let hdds3 = || {
+        vec![
+            LegSpec::hdd("hdd0"),
+            LegSpec::hdd("hdd1"),
+            LegSpec::hdd("hdd2"),
+        ]
+    };
+    let rig3 = || {
+        vec![
+            LegSpec::rig_hdd("rig0"),
+            LegSpec::rig_hdd("rig1"),
+            LegSpec::rig_hdd("rig2"),
+        ]
+    };
+    let ssds4 = || {
+        vec![
+            LegSpec::ssd("ssd0"),
+            LegSpec::ssd("ssd1"),
+            LegSpec::ssd("ssd2"),
+            LegSpec::ssd("ssd3"),
+        ]
+    };
+    let ssd_hdds = || {
+        vec![
+            LegSpec::ssd("ssd"),
+            LegSpec::hdd("hdd0"),
+            LegSpec::hdd("hdd1"),
+        ]
+    };
     vec![
         w("ssd+usb randread 32k", ssd_usb(), vec![rand(1, 32768)]),
         w(
@@ -173,6 +202,24 @@ pub fn seed_workloads(duration_us: u64) -> Vec<Workload> {
             ssd_hdd(),
             vec![rand(1, 4096), seq(2, 0, FILE_SIZE)],
         ),
+        // Three and four legs (issue 13, item 5).
+        w("3 hdd 1 seq reader", hdds3(), vec![seq(1, 0, FILE_SIZE)]),
+        w("3 hdd 4 seq readers", hdds3(), four_readers()),
+        w("3 hdd randread 4k", hdds3(), vec![rand(1, 4096)]),
+        w("3 rig-hdd 1 seq reader", rig3(), vec![seq(1, 0, FILE_SIZE)]),
+        w("4 ssd 1 seq reader", ssds4(), vec![seq(1, 0, FILE_SIZE)]),
+        w("4 ssd randread 4k", ssds4(), vec![rand(1, 4096)]),
+        w(
+            "ssd+2 hdd 1 seq reader",
+            ssd_hdds(),
+            vec![seq(1, 0, FILE_SIZE)],
+        ),
+        w(
+            "ssd+2 hdd randread 4k + seq reader",
+            ssd_hdds(),
+            vec![rand(1, 4096), seq(2, 0, FILE_SIZE)],
+        ),
+        w("ssd+2 hdd 4 seq readers", ssd_hdds(), four_readers()),
     ]
 }
 

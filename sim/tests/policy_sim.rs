@@ -4,7 +4,7 @@
 //! `docs/policies.md`.
 
 use mirrorfs_sim::workload::seed_workload;
-use mirrorfs_sim::{run, RunResult};
+use mirrorfs_sim::{run, run_with, RunResult};
 
 /// Simulated time per run: long enough for the stickiness timers (250 ms) and the
 /// time-decayed estimates to matter, short enough for a debug build.
@@ -60,9 +60,18 @@ fn ssd_usb_random_auto_adds_the_stick_on_top_of_the_ssd() {
     assert!(pid_odd.mbs() < 55.0 && auto >= 8.0 * pid_odd.mbs());
 }
 
+/// `auto` with the extent read-ahead (`mirrorfs::policy::extents`), which the simulator
+/// models and the engine does not run yet.
+fn read_ahead(workload: &str) -> RunResult {
+    let w = seed_workload(workload, DURATION_US).unwrap_or_else(|| panic!("{workload}"));
+    run_with(&w, "auto", 0, true)
+}
+
 #[test]
 fn one_stream_on_a_disk_pair_stays_on_one_disk() {
     let w = "2 hdd 1 seq reader";
+    // Routing whole reads keeps the stream on one disk (the extent read-ahead is what brings
+    // the other in: below).
     let auto = sim(w, "auto");
     assert_eq!(auto.leg_switches(), 0);
     assert_eq!(auto.split_reads(), 0);
@@ -200,4 +209,81 @@ fn a_stream_does_not_split_onto_a_much_slower_leg() {
     // A few while the stick is not yet measured (an unmeasured leg counts as fast), then none.
     assert!(auto.split_reads() <= 8, "{}", auto.split_reads());
     assert!(auto.mbs() >= 0.99 * sim("ssd+usb 1 seq reader", "first").mbs());
+}
+
+#[test]
+fn a_spread_stream_keeps_its_legs_seek_figures_fresh() {
+    // Issue 13, item 5: while a stream is spread its legs are never idle; each must still
+    // measure its positioning cost about every 2 s, or a leg whose seek grew would be read as
+    // seek-free until the stream stops.
+    let w = seed_workload("2 rig-hdd 1 seq reader", 10_000_000).unwrap();
+    let r = run(&w, "auto", 0);
+    assert!(r.spread_reads() > 1000, "{}", r.spread_reads());
+    for (leg, t) in r.seek_sampled_us.iter().enumerate() {
+        let t = t.unwrap_or(0);
+        assert!(
+            t + 2_500_000 >= w.duration_us,
+            "leg {leg} last measured its seek at {t} µs of {} µs",
+            w.duration_us
+        );
+    }
+    // At a cost of at most a few percent.
+    let auto = r.mbs();
+    assert!(auto >= 0.95 * 300.0, "{auto:.1}");
+}
+
+#[test]
+fn extent_read_ahead_reads_one_stream_from_every_disk() {
+    // Issue 13, Show: one sequential reader over two HDDs >= 1.7 x one disk, four readers no
+    // worse than today; three disks for the three-leg table.
+    for (w, legs, ratio) in [
+        ("2 hdd 1 seq reader", 2, 1.7),
+        ("3 hdd 1 seq reader", 3, 2.5),
+    ] {
+        let auto = read_ahead(w);
+        let one = sim(w, "first").mbs();
+        assert!(
+            auto.mbs() >= ratio * one,
+            "{w}: auto {:.1} one disk {one:.1}",
+            auto.mbs()
+        );
+        // Every disk reads its share, none its neighbour's.
+        for s in auto.leg_share() {
+            assert!(
+                (s - 100.0 / f64::from(legs)).abs() < 5.0,
+                "{w}: {:?}",
+                auto.leg_share()
+            );
+        }
+        assert!(auto.mbs() >= 1.5 * sim(w, "auto").mbs());
+    }
+    for w in ["2 hdd 4 seq readers", "3 hdd 4 seq readers"] {
+        let with = read_ahead(w);
+        let without = sim(w, "auto");
+        assert!(
+            with.mbs() >= 0.99 * without.mbs(),
+            "{w}: {:.1} {:.1}",
+            with.mbs(),
+            without.mbs()
+        );
+        assert!(with.min_job_mbs() >= 0.99 * without.min_job_mbs(), "{w}");
+    }
+}
+
+#[test]
+fn extent_read_ahead_leaves_flash_and_hybrid_legs_alone() {
+    // Flash and the rig's throttled devices are spread by `auto` already; a disk never reads
+    // ahead for an SSD. The read-ahead changes nothing there.
+    for w in [
+        "ssd+hdd randread 4k + seq reader",
+        "ssd+2 hdd 1 seq reader",
+        "ssd+2 hdd 4 seq readers",
+        "2 ssd 1 seq reader",
+        "2 rig-hdd 1 seq reader",
+        "ssd+usb 1 seq reader",
+    ] {
+        let with = read_ahead(w);
+        let without = sim(w, "auto");
+        assert_eq!(with.leg_bytes, without.leg_bytes, "{w}");
+    }
 }

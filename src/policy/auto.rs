@@ -69,6 +69,7 @@
 
 use super::LegIdx;
 
+use super::service_time::ServiceTime;
 use super::{
     outstanding, pick_min_random, readable, service_estimates, LegView, ReadPiece, ReadPlan,
     ReadPolicy, ReadRequest, TieBreak, SPLIT_ALIGN,
@@ -341,9 +342,24 @@ fn spread(
     if !eligible(cur) || (0..c.len()).filter(|&i| eligible(i)).count() < 2 {
         return None;
     }
+    // A spread stream keeps its legs busy, and a busy leg measures no positioning cost. So
+    // the eligible leg whose figure is oldest, once older than the probe interval, rests: it
+    // gets no read until it has drained and stood idle long enough for its next read, a
+    // jump, to measure one ([`ServiceTime::SEEK_IDLE_US`]). Its seek may have grown meanwhile
+    // (another user of the disk); without this the stream would read it as seek-free until
+    // it stops. It costs one leg a read's time and the idle wait every 2 s.
+    let resting = (0..c.len())
+        .filter(|&i| eligible(i) && !seek_sampled_lately(&c[i], req.now_us))
+        .min_by_key(|&i| c[i].seek_sampled_us)
+        .filter(|&i| {
+            outstanding(&c[i]) > 0
+                || c[i]
+                    .last_done_us
+                    .is_some_and(|t| req.now_us.saturating_sub(t) < ServiceTime::SEEK_IDLE_US)
+        });
     let cost: Vec<f64> = (0..c.len())
         .map(|i| {
-            if !eligible(i) {
+            if !eligible(i) || resting == Some(i) {
                 return f64::INFINITY;
             }
             let position = if c[i].last_read_end == Some((req.file, req.offset)) {
@@ -638,6 +654,49 @@ mod tests {
             p.pick(&[noisy(0, 3), noisy(1, 0)], &spread),
             ReadPlan::Spread(1)
         );
+    }
+
+    #[test]
+    fn a_spread_leg_with_an_old_seek_figure_rests_until_it_can_measure_one() {
+        let p = Auto::new();
+        let r = ReadRequest {
+            stream: StreamView {
+                spread: true,
+                ..seq(64 * MIB, 1 << 20, 0, 64 * MIB, 0, 2).stream
+            },
+            now_us: 5_000_000,
+            ..seq(64 * MIB, 1 << 20, 0, 64 * MIB, 0, 2)
+        };
+        let rig = |i, q, sampled, done| LegView {
+            rotational: true,
+            seek_sampled_us: Some(sampled),
+            last_done_us: Some(done),
+            ..measured(i, q, 3125, 150, 40)
+        };
+        // Both figures fresh: the shorter queue.
+        let fresh = [
+            rig(0, 2, 4_000_000, 4_999_000),
+            rig(1, 1, 4_000_000, 4_999_000),
+        ];
+        assert_eq!(p.pick(&fresh, &r), ReadPlan::Spread(1));
+        // Leg 1's figure is 4 s old (older than leg 0's): it gets nothing while busy ...
+        let old = [
+            rig(0, 2, 2_000_000, 4_999_000),
+            rig(1, 1, 1_000_000, 4_999_000),
+        ];
+        assert_eq!(p.pick(&old, &r), ReadPlan::Spread(0));
+        // ... nor while idle for less than the seek-measuring gap ...
+        let drained = [
+            rig(0, 2, 2_000_000, 4_999_000),
+            rig(1, 0, 1_000_000, 4_995_000),
+        ];
+        assert_eq!(p.pick(&drained, &r), ReadPlan::Spread(0));
+        // ... and once idle that long, the next read is its (a jump, which measures).
+        let rested = [
+            rig(0, 2, 2_000_000, 4_999_000),
+            rig(1, 0, 1_000_000, 4_980_000),
+        ];
+        assert_eq!(p.pick(&rested, &r), ReadPlan::Spread(1));
     }
 
     #[test]

@@ -14,6 +14,7 @@
 
 pub mod auto;
 pub mod devid;
+pub mod extents;
 pub mod first;
 pub mod latency;
 pub mod md;
@@ -65,6 +66,8 @@ pub struct LegView {
     /// When (µs, the clock of [`ReadRequest::now_us`]) the last read that fed `seek_us`
     /// completed; `None` if none has.
     pub seek_sampled_us: Option<u64>,
+    /// When (µs, same clock) the leg's last read completed; `None` if none has.
+    pub last_done_us: Option<u64>,
 }
 
 /// What the open file's stream tracker knows of the stream this read belongs to.

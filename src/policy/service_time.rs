@@ -213,6 +213,7 @@ impl ServiceTime {
         view.read_bandwidth = self.read_bandwidth();
         view.seek_us = self.seek_us();
         view.seek_sampled_us = self.last_jump_us;
+        view.last_done_us = self.last_finish_us;
     }
 }
 
