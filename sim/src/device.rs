@@ -190,25 +190,38 @@ impl Device {
     }
 
     fn disk_service_ns(&self, io: Io, now: u64) -> u64 {
+        self.model
+            .disk_service_ns(self.head, io.addr, io.len, now)
+            .expect("a disk")
+    }
+}
+
+impl Model {
+    /// For a disk: how long a request of `len` bytes at `addr` takes when the head is at
+    /// `head` (where the previous request ended) and it starts at `now` (ns); `None` for
+    /// flash. The simulator's queue and the disk model's FUSE layer (`diskmodel/`) both use
+    /// it, so they are calibrated alike.
+    pub fn disk_service_ns(&self, head: u64, addr: u64, len: u64, now: u64) -> Option<u64> {
         let Model::Disk {
             bytes_per_sec,
             rpm,
             capacity,
             settle_ns,
             full_stroke_ns,
-        } = self.model
+        } = *self
         else {
-            unreachable!()
+            return None;
         };
+        let io = Io { id: 0, addr, len };
         let transfer = transfer_ns(io.len, bytes_per_sec);
-        if io.addr == self.head {
-            return transfer;
+        if io.addr == head {
+            return Some(transfer);
         }
         let period = 60_000_000_000 / rpm;
         let track = (bytes_per_sec as u128 * period as u128 / 1_000_000_000) as u64;
-        let distance = io.addr.abs_diff(self.head);
-        let pass_over = (io.addr > self.head && distance <= 2 << 20)
-            .then(|| transfer_ns(distance, bytes_per_sec));
+        let distance = io.addr.abs_diff(head);
+        let pass_over =
+            (io.addr > head && distance <= 2 << 20).then(|| transfer_ns(distance, bytes_per_sec));
         let seek = settle_ns
             + ((full_stroke_ns - settle_ns) as f64 * (distance as f64 / capacity as f64).sqrt())
                 as u64;
@@ -220,7 +233,7 @@ impl Device {
             Some(p) => p.min(seek + wait),
             None => seek + wait,
         };
-        positioning + transfer
+        Some(positioning + transfer)
     }
 }
 
