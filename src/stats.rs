@@ -52,6 +52,26 @@ pub struct Stats {
     /// The daemon process: memory and CPU time (`null` if the system will not say).
     #[serde(default)]
     pub daemon: Option<DaemonStats>,
+    /// The extent read-ahead (`readahead=`; `docs/policies.md`).
+    #[serde(default)]
+    pub readahead: Option<ReadAheadStats>,
+}
+
+/// The extent read-ahead's figures.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct ReadAheadStats {
+    /// The memory it may hold (`readahead=`), bytes; 0: off.
+    pub limit_bytes: u64,
+    /// Held now (extents being read or read, 16 MiB each), bytes.
+    pub held_bytes: u64,
+    /// Read ahead from the legs since the mount, bytes.
+    pub fetched_bytes: u64,
+    /// Reads answered from its buffers since the mount, bytes.
+    pub served_bytes: u64,
+    /// Streams it took on since the mount.
+    pub streams: u64,
+    /// Of those, how many a change of the file ended.
+    pub invalidated: u64,
 }
 
 /// The checksums' figures (see `docs/integrity.md`).

@@ -30,6 +30,7 @@ fn mirror_state(mnt: &Path) -> Vec<String> {
         s["scrub"].to_string(),
         key(mnt, "minfreespace"),
         key(mnt, "resync_speed_max"),
+        key(mnt, "readahead"),
         key(mnt, "fault"),
     ];
     for l in s["legs"].as_array().unwrap() {
@@ -67,6 +68,7 @@ fn control_writes_need_root(options: &[&str]) {
         ("read_policy", "first"),
         ("minfreespace", "1G"),
         ("resync_speed_max", "1M"),
+        ("readahead", "0"),
         ("stats_reset", "1"),
         ("scrub", "start"),
         ("scrub", "cancel"),

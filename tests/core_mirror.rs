@@ -584,7 +584,7 @@ fn hostile_values_for_every_writable_key() {
             let before = control_state(&fs);
             let r = fs.setxattr(ROOT_INO, OsStr::new(&name), v.as_bytes(), 0, &root);
             let may_take = matches!(key, "stats_reset" | "notify_test")
-                || (matches!(key, "minfreespace" | "resync_speed_max")
+                || (matches!(key, "minfreespace" | "resync_speed_max" | "readahead")
                     && mirrorfs::value::size(v).is_ok());
             match r {
                 Ok(()) => assert!(may_take, "{key}={v:?} was taken"),

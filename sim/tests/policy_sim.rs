@@ -60,8 +60,8 @@ fn ssd_usb_random_auto_adds_the_stick_on_top_of_the_ssd() {
     assert!(pid_odd.mbs() < 55.0 && auto >= 8.0 * pid_odd.mbs());
 }
 
-/// `auto` with the extent read-ahead (`mirrorfs::policy::extents`), which the simulator
-/// models and the engine does not run yet.
+/// `auto` with the extent read-ahead (`mirrorfs::policy::extents`), as the engine runs it by
+/// default; `sim(w, "auto")` is routing alone (`readahead=0`).
 fn read_ahead(workload: &str) -> RunResult {
     let w = seed_workload(workload, DURATION_US).unwrap_or_else(|| panic!("{workload}"));
     run_with(&w, "auto", 0, true)

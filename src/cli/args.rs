@@ -128,7 +128,7 @@ pub enum Sub {
     #[command(
         long_about = "Prints the value of one control key (user.mirrorfs.KEY; the \
                              prefix may be left out) of the mount, and a newline. Sizes \
-                             (minfreespace, resync_speed_max) are written as 4G, 1.5G, 300M: \
+                             (minfreespace, resync_speed_max, readahead) are written as 4G, 1.5G, 300M: \
                              three significant figures at most, powers of 1024, in the form \
                              'mirrorfs set' and -o take back; --bytes prints the exact number \
                              of bytes. 'mirrorfs list' shows every key."
@@ -145,7 +145,7 @@ pub enum Sub {
     /// Change a live setting, or send a command through a key
     #[command(
         long_about = "Sets one control key: a live setting (read_policy, minfreespace, \
-                             resync_speed_max) or a command (stats_reset). Only root, or the \
+                             resync_speed_max, readahead) or a command (stats_reset). Only root, or the \
                              user who mounted a mirror root did not mount, may. A refusal says \
                              why in one line (exit 1)."
     )]

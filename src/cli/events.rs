@@ -683,6 +683,7 @@ mod tests {
             scrub: None,
             last_scrub: None,
             daemon: None,
+            readahead: None,
             integrity: None,
         }
     }

@@ -16,6 +16,10 @@ pub fn read_config_file(file: &str) -> Result<String, String> {
     String::from_utf8(bytes).map_err(|_| "not UTF-8 text".into())
 }
 
+/// The extent read-ahead's memory by default: 2 extents of 16 MiB per leg for a stream on up
+/// to four disks.
+pub const DEFAULT_READAHEAD: u64 = 128 << 20;
+
 /// Everything `-o` can say.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MountConfig {
@@ -60,6 +64,8 @@ pub struct MountConfig {
     pub init_from: Option<String>,
     /// Bytes per second a resync or scrub may use (0: unlimited, the default).
     pub resync_speed_max: u64,
+    /// Memory the extent read-ahead may hold, bytes (0: off).
+    pub readahead: u64,
     /// Mount even when a leg is missing or behind, serving from the others (btrfs's option).
     pub degraded: bool,
     /// Free space every leg keeps: a write that would go below it on any leg fails with
@@ -214,6 +220,7 @@ impl Default for MountConfig {
             write_intent: true,
             checksum: None,
             resync_speed_max: 0,
+            readahead: DEFAULT_READAHEAD,
             init_from: None,
             config_files: Vec::new(),
             notify_program: None,

@@ -195,6 +195,19 @@ pub static OPTIONS: &[OptionSpec] = &[
         show: |c| c.resync_speed_max.to_string(),
     },
     OptionSpec {
+        name: "readahead",
+        opposite: None,
+        form: "SIZE",
+        default: "128M",
+        live: true,
+        doc: "memory for the extent read-ahead, which reads one sequential stream from every idle disk of the same speed in 16 MiB extents (`auto` only; 0: off)",
+        apply: |c, g| {
+            c.readahead = value::size(text(g)?)?;
+            Ok(())
+        },
+        show: |c| c.readahead.to_string(),
+    },
+    OptionSpec {
         name: "init_from",
         opposite: None,
         form: "LEG",

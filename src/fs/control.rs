@@ -306,6 +306,10 @@ impl MirrorFs {
                 self.recovery.set_speed_max(parsed.resync_speed_max);
                 Ok(())
             }
+            "readahead" => {
+                self.mirror.readahead().set_limit(parsed.readahead);
+                Ok(())
+            }
             _ => Err(Errno::EROFS.into()),
         }
     }
@@ -332,6 +336,7 @@ impl MirrorFs {
                 }
             }
             "resync_speed_max" => self.recovery.speed_max().to_string(),
+            "readahead" => self.mirror.readahead().limit().to_string(),
             _ => (o.show)(&self.config.options),
         }
     }
@@ -442,6 +447,19 @@ impl MirrorFs {
             leg.counters.reset();
         }
         self.mirror.integrity().clear_all_damage();
+    }
+
+    fn readahead_stats(&self) -> crate::stats::ReadAheadStats {
+        let ra = self.mirror.readahead();
+        let c = ra.counters();
+        crate::stats::ReadAheadStats {
+            limit_bytes: ra.limit(),
+            held_bytes: c.held.load(Ordering::Relaxed),
+            fetched_bytes: c.fetched.load(Ordering::Relaxed),
+            served_bytes: c.served.load(Ordering::Relaxed),
+            streams: c.engaged.load(Ordering::Relaxed),
+            invalidated: c.invalidated.load(Ordering::Relaxed),
+        }
     }
 
     fn integrity_stats(&self) -> Option<crate::stats::IntegrityStats> {
@@ -601,6 +619,7 @@ impl MirrorFs {
                 live_inodes: Some(self.inodes.live_count() as u64),
                 known_identities: Some(self.inodes.known_count() as u64),
             }),
+            readahead: Some(self.readahead_stats()),
         }
     }
 

@@ -315,6 +315,17 @@ impl MirrorFs {
             now_us,
             stream,
         };
+        // The extent read-ahead may hold the range already (`mirror/readahead.rs`).
+        let plan = h.inode.readahead.lock().clone();
+        if let Some(data) = plan.and_then(|s| self.mirror.readahead().serve(&s, offset, size)) {
+            let mut streams = h.streams.lock();
+            let leg = req.stream.leg.unwrap_or(0);
+            streams.record(stream_id, &ReadPlan::Spread(leg), size, now_us);
+            streams.done(stream_id);
+            drop(streams);
+            self.read_ahead_step(fh, &h, &req, &sums);
+            return Ok(cut(ReadData::Plain(data), offset, want_offset, want_size));
+        }
         let mut wanted: Vec<u32> = Vec::new();
         let pieces = self.mirror.read_routed(
             &h.legs(),
@@ -360,6 +371,9 @@ impl MirrorFs {
             },
         );
         h.streams.lock().done(stream_id);
+        if pieces.is_ok() {
+            self.read_ahead_step(fh, &h, &req, &sums);
+        }
         let outcome = match (pieces, &sums) {
             (Err(Errno::EBADMSG), Some(f)) => {
                 let data = self.read_when_all_bad(&h.inode, f, offset, size as usize)?;
@@ -392,6 +406,55 @@ impl MirrorFs {
             }
         }
         Ok(cut(ReadData::Plain(out), offset, want_offset, want_size))
+    }
+
+    /// The extent read-ahead's step after a read of `req` through `h`: its fetches read the
+    /// leg's copy through a descriptor of their own and verify it against the checksums, as a
+    /// read does.
+    fn read_ahead_step(
+        &self,
+        fh: u64,
+        h: &Arc<OpenFile>,
+        req: &ReadRequest,
+        sums: &Option<Arc<crate::integrity::FileSums>>,
+    ) {
+        self.mirror
+            .read_ahead_step(&h.inode.readahead, fh, &h.legs(), req, || {
+                let inode = h.inode.clone();
+                let mirror = self.mirror.clone();
+                let sums = sums.clone();
+                // One descriptor per leg for the plan's life (each open of a remote or
+                // modelled leg is a round trip of its own).
+                let fds: parking_lot::Mutex<Vec<Option<Arc<OwnedFd>>>> =
+                    parking_lot::Mutex::new(vec![None; mirror.legs().len()]);
+                Arc::new(move |leg, offset, buf: &mut [u8]| {
+                    let len = buf.len() as u32;
+                    mirror.read_ahead_fetch(leg, inode.ino, offset, len, || {
+                        let cached = fds.lock().get(leg).cloned().flatten();
+                        let fd = match cached {
+                            Some(fd) => fd,
+                            None => {
+                                let fd = Arc::new(sys::fd::reopen(
+                                    inode.fd(leg)?.as_fd(),
+                                    libc::O_RDONLY,
+                                )?);
+                                if let Some(slot) = fds.lock().get_mut(leg) {
+                                    *slot = Some(fd.clone());
+                                }
+                                fd
+                            }
+                        };
+                        let n = sys::fd::pread_full(fd.as_fd(), buf, offset)?;
+                        if let Some(f) = &sums {
+                            let v = f.verify(mirror.integrity(), offset, &buf[..n], n < buf.len());
+                            if matches!(v, Ok(crate::integrity::Verdict::Bad(_))) {
+                                return Err(Errno::EBADMSG);
+                            }
+                        }
+                        Ok(n)
+                    })
+                })
+            });
     }
 
     /// Read-repair: copies the range that failed on `f.leg` from another in-sync leg (one that
@@ -474,6 +537,7 @@ impl MirrorFs {
         let partial = sums.is_some() && Self::write_is_partial(offset, data.len());
         let _shared = (!partial).then(|| h.inode.data_lock.read());
         let _exclusive = partial.then(|| h.inode.data_lock.write());
+        let _change = h.inode.data_change();
         let new_sums = match &sums {
             Some(f) => Some(self.sums_for_write(&h.inode, f, offset, data)?),
             None => None,
@@ -576,6 +640,7 @@ impl MirrorFs {
         let exclusive = sums.is_some() && (zeroes || shifts);
         let _shared = (!exclusive).then(|| h.inode.data_lock.read());
         let _exclusive = exclusive.then(|| h.inode.data_lock.write());
+        let _change = h.inode.data_change();
         let new_sums = match (&sums, zeroes) {
             (Some(f), true) => {
                 let size = self
@@ -641,6 +706,7 @@ impl MirrorFs {
         self.mirror.check_space(&legs, len)?;
         self.will_change(&ho.inode);
         let _data = ho.inode.data_lock.read();
+        let _change = ho.inode.data_change();
         let copied = self.mirror.fan_out(&legs, "copy_file_range", |leg| {
             sys::fd::copy_file_range_full(
                 hi.fd(leg)?.as_fd(),

@@ -64,6 +64,22 @@ pub struct Inode {
     pub sums: Mutex<Sums>,
     /// For regular files: how its open files reach the data (`passthrough=ro`).
     pub io: Mutex<IoMode>,
+    /// For regular files: the extent read-ahead plan of its sequential reader, if one is
+    /// engaged (`mirror/readahead.rs`).
+    pub readahead: Mutex<Option<Arc<crate::mirror::readahead::Stream>>>,
+}
+
+/// Held by every change of a file's data, inside its data lock: when it ends (however the
+/// change went), the file's read-ahead buffers are dropped, so that no read after the change
+/// is answered with bytes from before it.
+pub struct DataChange<'a>(&'a Inode);
+
+impl Drop for DataChange<'_> {
+    fn drop(&mut self) {
+        if let Some(s) = self.0.readahead.lock().take() {
+            s.invalidate();
+        }
+    }
 }
 
 /// The leg file passthrough opens of a file are read from; counted in the leg's
@@ -125,6 +141,11 @@ struct LegObject {
 }
 
 impl Inode {
+    /// Marks a change of this file's data (see [`DataChange`]); take it inside the data lock.
+    pub fn data_change(&self) -> DataChange<'_> {
+        DataChange(self)
+    }
+
     /// This object's `O_PATH` descriptor on `leg`, reopened through its file handle if the
     /// cache had closed it. ENOENT if the object is gone from the leg.
     pub fn fd(self: &Arc<Self>, leg: LegIdx) -> Result<Arc<OwnedFd>> {
@@ -172,8 +193,14 @@ impl Inode {
         self.open_files.fetch_add(1, Ordering::AcqRel);
     }
 
+    /// A file opened on this object was closed. At the last close, its read-ahead buffers
+    /// are given back (a reader that is done holds no memory).
     pub fn file_closed(&self) {
-        self.open_files.fetch_sub(1, Ordering::AcqRel);
+        if self.open_files.fetch_sub(1, Ordering::AcqRel) == 1 {
+            if let Some(s) = self.readahead.lock().take() {
+                s.release();
+            }
+        }
     }
 
     /// Closes the descriptor on `leg` if it can be reopened later; true if it was closed.
@@ -524,6 +551,7 @@ impl InodeTable {
                     data_lock: RwLock::new(()),
                     sums: Mutex::new(Sums::Uncovered(u64::MAX)),
                     io: Mutex::new(IoMode::default()),
+                    readahead: Mutex::new(None),
                 }),
                 lookups: 1,
             },
@@ -604,6 +632,7 @@ impl InodeTable {
             data_lock: RwLock::new(()),
             sums: Mutex::new(Sums::Unknown),
             io: Mutex::new(IoMode::default()),
+            readahead: Mutex::new(None),
         });
         inner.live.insert(
             ino,

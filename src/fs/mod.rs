@@ -191,6 +191,7 @@ impl MirrorFs {
             config.options.write_intent,
             config.options.checksums(),
         )?;
+        mirror.readahead().set_limit(config.options.readahead);
         let mirror = Arc::new(mirror);
         let inodes = Arc::new(InodeTable::new(root_fds, &root_ids, config.fd_budget));
         let handles = Arc::new(HandleTable::new(config.open_fd_budget));

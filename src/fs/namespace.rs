@@ -431,6 +431,7 @@ impl MirrorFs {
         // A cut inside a block reads the block's kept part for its new checksum: exclusive.
         let _shared = (set.size.is_some() && sums.is_none()).then(|| inode.data_lock.read());
         let _exclusive = sums.is_some().then(|| inode.data_lock.write());
+        let _change = set.size.map(|_| inode.data_change());
         let tail = match (&sums, set.size) {
             (Some(f), Some(size)) => self.tail_sum(&inode, f, size)?,
             _ => None,

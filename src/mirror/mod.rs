@@ -4,6 +4,7 @@
 pub mod fanout;
 pub mod fault;
 pub mod outcome;
+pub mod readahead;
 pub mod reads;
 
 use crate::errno::{Errno, Result};
@@ -19,6 +20,7 @@ use outcome::{reconcile, DropReason};
 use parking_lot::{Mutex, RwLock};
 use reads::{HandOver, ReadHistory, ServiceFigures};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// Read errors a leg may return (since the mount) before it is dropped instead of repaired: md's `max_corr_read_errors` is 20 as well.
 pub const MAX_READ_ERRORS: u64 = 20;
@@ -89,6 +91,10 @@ pub struct Mirror {
     integrity: Integrity,
     /// What is told of changes behind the kernel's back.
     kernel: std::sync::OnceLock<Box<dyn KernelView>>,
+    /// The extent read-ahead (`readahead=`), run under `auto` only.
+    readahead: readahead::ReadAhead,
+    /// The policy in force is `auto`.
+    auto: std::sync::atomic::AtomicBool,
 }
 
 impl Mirror {
@@ -122,7 +128,10 @@ impl Mirror {
             changes.start_away(&id);
         }
         let integrity = Integrity::new(checksum, legs.len());
+        let auto = policy.name() == "auto";
         Ok(Mirror {
+            readahead: readahead::ReadAhead::new(n_legs, 0),
+            auto: std::sync::atomic::AtomicBool::new(auto),
             integrity,
             reads: legs.iter().map(|_| Mutex::default()).collect(),
             legs,
@@ -754,6 +763,67 @@ impl Mirror {
         Some((plan, guards, hand_overs))
     }
 
+    /// The extent read-ahead ([`readahead`]).
+    pub fn readahead(&self) -> &readahead::ReadAhead {
+        &self.readahead
+    }
+
+    /// After a read of `req` (served or routed) among `candidates`: the extent read-ahead's
+    /// step for the file whose plan `slot` holds ([`readahead::ReadAhead::step`]). Only under
+    /// `auto`, and only when the read-ahead has memory.
+    pub fn read_ahead_step(
+        &self,
+        slot: &Mutex<Option<Arc<readahead::Stream>>>,
+        reader: u64,
+        candidates: &[LegIdx],
+        req: &ReadRequest,
+        fetch: impl FnOnce() -> readahead::FetchFn,
+    ) {
+        if self.readahead.limit() == 0 || !self.auto.load(Ordering::Relaxed) {
+            if let Some(s) = slot.lock().take() {
+                s.invalidate();
+            }
+            return;
+        }
+        let views = || -> Vec<LegView> {
+            candidates
+                .iter()
+                .filter(|&&l| self.legs[l].is_in_sync())
+                .map(|&l| self.reads[l].lock().view(&self.legs[l]))
+                .collect()
+        };
+        self.readahead.step(slot, reader, &views, req, fetch);
+    }
+
+    /// A read-ahead fetch of `len` bytes at `offset` of `file` from `leg`, by `op`: counted
+    /// as the leg's own read (in flight while it runs, its read history, its read counters)
+    /// and subject to injected read faults, like any read.
+    pub fn read_ahead_fetch(
+        &self,
+        leg: LegIdx,
+        file: u64,
+        offset: u64,
+        len: u32,
+        op: impl FnOnce() -> Result<usize>,
+    ) -> Result<usize> {
+        let l = self.legs.get(leg).ok_or(Errno::EIO)?;
+        if !l.is_in_sync() {
+            return Err(Errno::EIO);
+        }
+        self.faults.check_file(leg, "read", Some(file))?;
+        let _inflight = InflightGuard::new(l);
+        let h = self.reads[leg].lock().hand_over(l, file, offset, len);
+        let start = std::time::Instant::now();
+        let n = op()?;
+        let elapsed = start.elapsed().as_micros() as u64;
+        self.reads[leg]
+            .lock()
+            .record(&h, n as u64, elapsed, self.now_us());
+        l.counters.read_ops.fetch_add(1, Ordering::Relaxed);
+        l.counters.read_bytes.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+
     /// The leg a read would go to now, without counting it anywhere (`user.mirrorfs.readleg`).
     pub fn preview_read_leg(&self, candidates: &[LegIdx], req: &ReadRequest) -> Option<LegIdx> {
         self.plan_read(candidates, req).map(|p| p.first_leg())
@@ -783,6 +853,7 @@ impl Mirror {
     pub fn set_policy(&self, spec: &str) -> Result<()> {
         let policy = self.policy_by_name(spec).ok_or(Errno::EINVAL)?;
         log::info!("read policy: {} -> {}", self.policy_name(), policy.name());
+        self.auto.store(policy.name() == "auto", Ordering::Relaxed);
         *self.policy.write() = policy;
         Ok(())
     }

@@ -20,7 +20,8 @@
 //! spreads whole reads over them instead. A slower leg never reads ahead for a faster one.
 //!
 //! This file is the plan only: which extents, on which legs, and when to stop. It holds no
-//! data and does no I/O; the simulator (`sim/`) drives it on modelled disks.
+//! data and does no I/O; the engine (`mirror/readahead.rs`) and the simulator (`sim/`) drive
+//! it.
 
 use super::{LegIdx, LegView, ReadRequest};
 use std::collections::VecDeque;
@@ -29,15 +30,17 @@ use std::collections::VecDeque;
 pub const EXTENT: u64 = 16 << 20;
 /// An extent is fetched in pieces of this size, one after another, so that the reader can use
 /// its start before its end has arrived.
-pub const CHUNK: u64 = 1 << 20;
+pub const CHUNK: u64 = 4 << 20;
 /// A stream engages once it has read this much contiguously.
 pub const ENGAGE_RUN: u64 = 16 << 20;
 /// Extents each participating leg may hold ahead of the reader (fetched or being fetched): two
 /// keep a disk busy with its next extent while the reader drains the current one.
 pub const WINDOW_PER_LEG: usize = 2;
 /// A leg takes part only if its large-read bandwidth is within this ratio of the stream's
-/// leg's (or not measured): a slower leg would hold the reader back at every extent it owns.
-const SAME_SPEED: f64 = 1.3;
+/// leg's (or not measured). With equal shares, legs read at N times the slowest one's speed:
+/// a leg at half the speed of the stream's gives nothing, and an SSD beside a disk is far
+/// beyond. The figures are noisy (a leg measured by one probe), so the margin is wide.
+const SAME_SPEED: f64 = 1.9;
 /// A leg whose positioning cost is at least this (µs) is a disk for this purpose; flash and
 /// throttled devices are served better by `auto`'s spreading of whole reads.
 const POSITIONAL_SEEK_US: u32 = 1000;
@@ -86,11 +89,19 @@ pub fn engage(
     own_inflight: &dyn Fn(LegIdx) -> u32,
 ) -> Option<Vec<LegIdx>> {
     let s = &req.stream;
-    if !s.sequential || s.run_bytes < ENGAGE_RUN || s.split || s.spread {
+    // A split stream may engage (its reads are then served from the buffers, not split); a
+    // spread one may not (its legs have no positioning cost worth avoiding: `auto` already
+    // reads it at N x one leg).
+    if !s.sequential || s.run_bytes < ENGAGE_RUN || s.spread {
         return None;
     }
     let own = views.iter().find(|v| Some(v.idx) == s.leg)?;
     if own.writemostly || !positional(own) {
+        return None;
+    }
+    // A stream sharing its disk with others is for `auto` to move to an idle disk, not for
+    // the read-ahead (several streams on a disk pair read best one per disk).
+    if own.inflight > own_inflight(own.idx) {
         return None;
     }
     let same_speed = |v: &LegView| match (own.read_bandwidth, v.read_bandwidth) {
@@ -113,12 +124,12 @@ pub fn engage(
     Some(order)
 }
 
-/// A disk, by its measured positioning cost, or by its rotational flag until measured.
+/// A disk: rotational, or with a measured positioning cost. A disk's measured figure can come
+/// out low (a short forward skip costs only the platter's pass-over), so the flag alone
+/// suffices; a device flagged rotational without a positioning cost (the bench rig's throttled
+/// loop devices) is spread by `auto` before it could engage.
 fn positional(v: &LegView) -> bool {
-    match v.seek_us {
-        Some(s) => s >= POSITIONAL_SEEK_US,
-        None => v.rotational,
-    }
+    v.rotational || v.seek_us.is_some_and(|s| s >= POSITIONAL_SEEK_US)
 }
 
 impl Extents {
@@ -139,6 +150,13 @@ impl Extents {
     /// The legs taking part.
     pub fn legs(&self) -> &[LegIdx] {
         &self.order
+    }
+
+    /// Whether the fetch of extent `index` may start with the reader at `offset`. The reader's
+    /// own leg still serves the extent the reader is in: its first extent waits until the
+    /// reader has left that one, or the disk would seek between the two at every read.
+    pub fn may_start(&self, index: u64, offset: u64) -> bool {
+        self.owner(index) != self.order.last().copied() || offset >= self.first * EXTENT
     }
 
     /// The leg that owns extent `index` (of the stream's file), if read-ahead covers it.
@@ -167,6 +185,11 @@ impl Extents {
         self.stopped = true;
     }
 
+    /// Whether the plan takes no new extents.
+    pub fn stopped(&self) -> bool {
+        self.stopped
+    }
+
     /// Whether the plan is over: stopped, and nothing held.
     pub fn finished(&self) -> bool {
         self.stopped && self.held.is_empty()
@@ -192,16 +215,19 @@ impl Extents {
         freed
     }
 
-    /// The extents to start now, with the reader at `offset` and the legs as `views` show them
-    /// (`own_inflight(leg)`: this stream's own requests outstanding on the leg, demand reads
-    /// and fetches, which are not competing work). A participant with other work stops the
-    /// plan. `file_size` bounds the extents.
+    /// The extents to start now, at most `room` of them, with the reader at `offset` and the
+    /// legs as `views` show them (`own_inflight(leg)`: this stream's own requests outstanding
+    /// on the leg, demand reads and fetches, which are not competing work). A participant with
+    /// other work stops the plan: our own requests only (`LegView::inflight`), as the device's
+    /// count holds this plan's fetches split into several requests. `file_size` bounds the
+    /// extents.
     pub fn wanted(
         &mut self,
         offset: u64,
         views: &[LegView],
         own_inflight: &dyn Fn(LegIdx) -> u32,
         file_size: u64,
+        room: usize,
     ) -> Vec<Fetch> {
         if self.stopped {
             return Vec::new();
@@ -210,7 +236,7 @@ impl Extents {
             views
                 .iter()
                 .find(|v| v.idx == leg)
-                .is_none_or(|v| super::outstanding(v) > own_inflight(leg))
+                .is_none_or(|v| v.inflight > own_inflight(leg))
         });
         if busy || offset / EXTENT + 1 < self.first {
             // Another stream came to one of the legs (or a leg left), or the reader went back.
@@ -220,7 +246,7 @@ impl Extents {
         let ahead = (self.order.len() * WINDOW_PER_LEG) as u64;
         let last = offset / EXTENT + ahead;
         let mut out = Vec::new();
-        while self.next <= last && self.next * EXTENT < file_size {
+        while self.next <= last && self.next * EXTENT < file_size && out.len() < room {
             let index = self.next;
             let leg = self.owner(index).expect("next is at or after first");
             let start = index * EXTENT;
@@ -276,7 +302,7 @@ mod tests {
     #[test]
     fn a_confirmed_stream_on_a_disk_engages_the_idle_disk_first() {
         let views = [disk(0, 3), disk(1, 0)];
-        let idle = |_| 0;
+        let idle = |l: LegIdx| if l == 0 { 3 } else { 0 };
         assert_eq!(
             engage(&views, &confirmed(0, 40 << 20), &idle),
             Some(vec![1, 0])
@@ -286,7 +312,14 @@ mod tests {
         assert_eq!(engage(&views, &short, &idle), None);
         // A probe of the stream's own on the other disk is not competing work.
         let probed = [disk(0, 3), disk(1, 1)];
-        assert_eq!(engage(&probed, &confirmed(0, 40 << 20), &idle), None);
+        assert_eq!(
+            engage(&probed, &confirmed(0, 40 << 20), &|l: LegIdx| if l == 0 {
+                3
+            } else {
+                0
+            }),
+            None
+        );
         assert_eq!(
             engage(&probed, &confirmed(0, 40 << 20), &|l| if l == 1 {
                 1
@@ -299,19 +332,34 @@ mod tests {
 
     #[test]
     fn busy_fast_slow_or_flash_legs_do_not_engage() {
-        let idle = |_| 0;
-        // The other disk serves another stream.
+        let idle = |l: LegIdx| if l == 0 { 3 } else { 0 };
+        // The other disk serves another stream; or another stream shares the stream's disk.
+        assert_eq!(
+            engage(&[disk(0, 5), disk(1, 0)], &confirmed(0, 0), &idle),
+            None
+        );
         assert_eq!(
             engage(&[disk(0, 3), disk(1, 2)], &confirmed(0, 0), &idle),
             None
         );
-        // A slower disk never reads ahead for a faster one.
-        let mut slow = disk(1, 0);
-        slow.read_bandwidth = Some(80_000_000);
-        assert_eq!(engage(&[disk(0, 3), slow], &confirmed(0, 0), &idle), None);
+        // A much slower disk never reads ahead for a faster one (half its speed: equal
+        // shares would give no more than the fast one alone); a little slower, it helps.
+        let slow = |bw| LegView {
+            read_bandwidth: Some(bw),
+            ..disk(1, 0)
+        };
+        assert_eq!(
+            engage(&[disk(0, 3), slow(70_000_000)], &confirmed(0, 0), &idle),
+            None
+        );
+        assert_eq!(
+            engage(&[disk(0, 3), slow(100_000_000)], &confirmed(0, 0), &idle),
+            Some(vec![1, 0])
+        );
         // Flash: no positioning cost, `auto` spreads whole reads instead.
         let flash = |idx| LegView {
             seek_us: Some(50),
+            rotational: false,
             ..disk(idx, 0)
         };
         assert_eq!(engage(&[flash(0), flash(1)], &confirmed(0, 0), &idle), None);
@@ -320,6 +368,23 @@ mod tests {
             engage(&[disk(0, 3), flash(1)], &confirmed(0, 0), &idle),
             None
         );
+        // A disk whose measured seek came out low (short skips cost only the pass-over) is
+        // still a disk; a stream already spread over legs is left to `auto`.
+        let cheap_skips = |idx, q| LegView {
+            seek_us: Some(800),
+            ..disk(idx, q)
+        };
+        assert_eq!(
+            engage(
+                &[cheap_skips(0, 3), cheap_skips(1, 0)],
+                &confirmed(0, 0),
+                &idle
+            ),
+            Some(vec![1, 0])
+        );
+        let mut spread = confirmed(0, 0);
+        spread.stream.spread = true;
+        assert_eq!(engage(&[disk(0, 3), disk(1, 0)], &spread, &idle), None);
         // Write-mostly legs are not read.
         let mut wm = disk(1, 0);
         wm.writemostly = true;
@@ -329,11 +394,18 @@ mod tests {
     #[test]
     fn three_disks_take_extents_in_turn_the_readers_leg_last() {
         let views = [disk(0, 0), disk(1, 3), disk(2, 0)];
-        let order = engage(&views, &confirmed(1, 5 << 20), &|_| 0).unwrap();
+        let order = engage(&views, &confirmed(1, 5 << 20), &|l| {
+            if l == 1 {
+                3
+            } else {
+                0
+            }
+        })
+        .unwrap();
         assert_eq!(order, vec![0, 2, 1]);
         let mut e = Extents::new(order, 5 << 20);
         let own = |l: LegIdx| if l == 1 { 3 } else { 0 };
-        let f = e.wanted(5 << 20, &views, &own, 1 << 40);
+        let f = e.wanted(5 << 20, &views, &own, 1 << 40, usize::MAX);
         // The reader is in extent 0; extents 1..=6 are fetched, owned 0, 2, 1, 0, 2, 1.
         let got: Vec<(u64, LegIdx)> = f.iter().map(|f| (f.index, f.leg)).collect();
         assert_eq!(got, vec![(1, 0), (2, 2), (3, 1), (4, 0), (5, 2), (6, 1)]);
@@ -341,6 +413,10 @@ mod tests {
         assert_eq!(e.held_bytes(), 6 * EXTENT);
         assert_eq!(e.owner(0), None);
         assert_eq!(e.owner(7), Some(0));
+        // The reader's leg (1) starts its extents once the reader has left extent 0.
+        assert!(e.may_start(1, 5 << 20) && e.may_start(2, 5 << 20));
+        assert!(!e.may_start(3, 5 << 20) && !e.may_start(6, EXTENT - 1));
+        assert!(e.may_start(3, EXTENT) && e.may_start(6, EXTENT));
     }
 
     #[test]
@@ -348,22 +424,22 @@ mod tests {
         let views = [disk(0, 1), disk(1, 1)];
         let own = |_| 1;
         let mut e = Extents::new(vec![1, 0], 0);
-        assert_eq!(e.wanted(0, &views, &own, 1 << 40).len(), 4);
-        assert_eq!(e.wanted(0, &views, &own, 1 << 40), vec![]);
+        assert_eq!(e.wanted(0, &views, &own, 1 << 40, usize::MAX).len(), 4);
+        assert_eq!(e.wanted(0, &views, &own, 1 << 40, usize::MAX), vec![]);
         e.ready(1);
         assert_eq!(e.state(1), Some(ExtentState::Ready));
         assert_eq!(e.state(2), Some(ExtentState::Fetching));
         // The reader is in extent 2: extent 1 is freed and extents 5 and 6 come.
         assert_eq!(e.release_behind(2 * EXTENT + 7), vec![1]);
         assert_eq!(e.state(1), None);
-        let f = e.wanted(2 * EXTENT + 7, &views, &own, 1 << 40);
+        let f = e.wanted(2 * EXTENT + 7, &views, &own, 1 << 40, usize::MAX);
         assert_eq!(
             f.iter().map(|f| (f.index, f.leg)).collect::<Vec<_>>(),
             vec![(5, 1), (6, 0)]
         );
         // The end of the file bounds the last extent.
         let mut e = Extents::new(vec![1, 0], 0);
-        let f = e.wanted(0, &views, &own, EXTENT + 100);
+        let f = e.wanted(0, &views, &own, EXTENT + 100, usize::MAX);
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].len, 100);
     }
@@ -373,12 +449,13 @@ mod tests {
         let mut e = Extents::new(vec![1, 0], 0);
         let own = |_| 0;
         assert_eq!(
-            e.wanted(0, &[disk(0, 0), disk(1, 0)], &own, 1 << 40).len(),
+            e.wanted(0, &[disk(0, 0), disk(1, 0)], &own, 1 << 40, usize::MAX)
+                .len(),
             4
         );
         // Another stream's read on leg 1.
         assert_eq!(
-            e.wanted(0, &[disk(0, 0), disk(1, 1)], &own, 1 << 40),
+            e.wanted(0, &[disk(0, 0), disk(1, 1)], &own, 1 << 40, usize::MAX),
             vec![]
         );
         assert!(!e.finished());
@@ -386,7 +463,10 @@ mod tests {
         assert!(e.finished());
         // A leg that left the candidates stops it too.
         let mut e = Extents::new(vec![1, 0], 0);
-        assert_eq!(e.wanted(0, &[disk(0, 0)], &own, 1 << 40), vec![]);
+        assert_eq!(
+            e.wanted(0, &[disk(0, 0)], &own, 1 << 40, usize::MAX),
+            vec![]
+        );
         assert!(e.finished());
     }
 }

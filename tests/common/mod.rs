@@ -19,6 +19,7 @@
 #![allow(dead_code)]
 
 pub mod control;
+pub mod diskmodel;
 pub mod ext4;
 pub mod legs;
 
@@ -26,6 +27,8 @@ pub mod legs;
 // these modules would otherwise warn about the re-export.
 #[allow(unused_imports)]
 pub use control::*;
+#[allow(unused_imports)]
+pub use diskmodel::*;
 #[allow(unused_imports)]
 pub use ext4::*;
 #[allow(unused_imports)]
