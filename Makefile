@@ -28,6 +28,8 @@
 #   make bench-readahead one sequential reader on two and three disk-model legs (the simulator's
 #                       HDD behind FUSE): the model read directly, mirrorfs with readahead=0 and
 #                       with the extent read-ahead, 1 and 4 readers (root; MB=512)
+#   make bench-remote   a leg with 20 ms of added latency (the disk model) beside a local one:
+#                       random 4 KiB reads against the local leg alone, and the slow leg's share
 #   make bench-intent   the write-intent log's cost: fio jobs with write_intent=on against off
 #   make bench-checksum what checksums cost: fio sequential and random reads and writes with
 #                       checksum=on against off, alternated in one run (MB=1024, ROUNDS=2), and
@@ -77,7 +79,7 @@ export CARGO_TERM_COLOR := never
 CARGO_TEST_FLAGS ?= --no-fail-fast
 endif
 
-.PHONY: all build build-debug test deps test-unit test-external demo install install-files uninstall deb deb-package lint clean sim bench bench-smoke bench-resync bench-intent bench-first-mount doc-tables man bench-checksum bench-datapath bench-readahead
+.PHONY: all build build-debug test deps test-unit test-external demo install install-files uninstall deb deb-package lint clean sim bench bench-smoke bench-resync bench-intent bench-first-mount doc-tables man bench-checksum bench-datapath bench-readahead bench-remote
 
 all: build
 
@@ -116,6 +118,7 @@ bench-smoke: build-debug
 	MIRRORFS=$(TEST_BIN) BENCH_SIZE=tiny bench/run.sh
 	$(CARGO) build -p mirrorfs-diskmodel
 	MIRRORFS=$(TEST_BIN) MB=64 bench/readahead.sh
+	MIRRORFS=$(TEST_BIN) RUNTIME=2 bench/remote.sh
 	MIRRORFS=$(TEST_BIN) MB=16 DIR=$(TARGET_DIR)/bench-first-mount bench/first-mount.sh
 	MIRRORFS=$(TEST_BIN) MB=16 RUNTIME=1 ROUNDS=1 DIR=$(TARGET_DIR)/bench-checksum bench/checksum.sh
 	MIRRORFS=$(TEST_BIN) BENCH_SIZE=tiny DIR=$(TARGET_DIR)/bench-datapath bench/datapath.sh
@@ -138,6 +141,10 @@ bench-datapath: build
 bench-readahead: build
 	$(CARGO) build --release -p mirrorfs-diskmodel
 	MIRRORFS=$(RELEASE_BIN) bench/readahead.sh
+
+bench-remote: build
+	$(CARGO) build --release -p mirrorfs-diskmodel
+	MIRRORFS=$(RELEASE_BIN) bench/remote.sh
 
 demo: build
 	@set -e; \

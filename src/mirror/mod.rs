@@ -781,7 +781,7 @@ impl Mirror {
     ) {
         if self.readahead.limit() == 0 || !self.auto.load(Ordering::Relaxed) {
             if let Some(s) = slot.lock().take() {
-                s.invalidate();
+                s.release();
             }
             return;
         }

@@ -343,8 +343,13 @@ impl ReadAhead {
         fetch: impl FnOnce() -> FetchFn,
     ) {
         let limit = self.limit();
-        let others = self.other_readers(reader, req.now_us);
         let mut held_slot = slot.lock();
+        if held_slot.is_none() && !req.stream.sequential {
+            // Random reads neither engage nor count as another reader (their I/O on the legs
+            // stops a plan through the queues).
+            return;
+        }
+        let others = self.other_readers(reader, req.now_us);
         if held_slot.is_none() {
             let s = &req.stream;
             if limit < 2 * EXTENT || !s.sequential || s.run_bytes < extents::ENGAGE_RUN || others {
