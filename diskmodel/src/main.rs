@@ -96,14 +96,29 @@ fn check(r: libc::c_int) -> Res<()> {
 }
 
 fn kind_of(mode: u32) -> FileType {
-    match mode & libc::S_IFMT {
-        libc::S_IFDIR => FileType::Directory,
-        libc::S_IFLNK => FileType::Symlink,
-        libc::S_IFIFO => FileType::NamedPipe,
-        libc::S_IFSOCK => FileType::Socket,
-        libc::S_IFCHR => FileType::CharDevice,
-        libc::S_IFBLK => FileType::BlockDevice,
-        _ => FileType::RegularFile,
+    mirrorfs::fs::attr::file_type(mode & libc::S_IFMT)
+}
+
+/// An xattr call (`call(buffer, its length)`) into a buffer of `size` bytes, 0 asking only for
+/// the size: the bytes, and the length the call returned.
+fn xattr_call(
+    size: u32,
+    call: impl FnOnce(*mut libc::c_void, usize) -> isize,
+) -> Res<(Vec<u8>, usize)> {
+    let mut buf = vec![0u8; size as usize];
+    let k = call(buf.as_mut_ptr().cast(), buf.len());
+    if k < 0 {
+        return Err(last_errno());
+    }
+    buf.truncate(k as usize);
+    Ok((buf, k as usize))
+}
+
+fn reply_xattr(reply: ReplyXattr, size: u32, r: Res<(Vec<u8>, usize)>) {
+    match r {
+        Ok((_, k)) if size == 0 => reply.size(k as u32),
+        Ok((b, _)) => reply.data(&b),
+        Err(e) => reply.error(e),
     }
 }
 
@@ -695,39 +710,21 @@ impl Filesystem for DiskModel {
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let r = self.gate(None).and_then(|()| {
             let (p, n) = (cstr(&self.path(ino)?)?, cstr(Path::new(name))?);
-            let mut buf = vec![0u8; size as usize];
-            let k = unsafe {
-                libc::lgetxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
-            };
-            if k < 0 {
-                return Err(last_errno());
-            }
-            buf.truncate(k as usize);
-            Ok(buf)
+            xattr_call(size, |b, len| unsafe {
+                libc::lgetxattr(p.as_ptr(), n.as_ptr(), b, len)
+            })
         });
-        reply!(reply, r, |b| if size == 0 {
-            reply.size(b.len() as u32)
-        } else {
-            reply.data(&b)
-        })
+        reply_xattr(reply, size, r)
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         let r = self.gate(None).and_then(|()| {
             let p = cstr(&self.path(ino)?)?;
-            let mut buf = vec![0u8; size as usize];
-            let k = unsafe { libc::llistxattr(p.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-            if k < 0 {
-                return Err(last_errno());
-            }
-            buf.truncate(k as usize);
-            Ok(buf)
+            xattr_call(size, |b, len| unsafe {
+                libc::llistxattr(p.as_ptr(), b.cast(), len)
+            })
         });
-        reply!(reply, r, |b| if size == 0 {
-            reply.size(b.len() as u32)
-        } else {
-            reply.data(&b)
-        })
+        reply_xattr(reply, size, r)
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
