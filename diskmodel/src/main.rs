@@ -122,37 +122,13 @@ fn reply_xattr(reply: ReplyXattr, size: u32, r: Res<(Vec<u8>, usize)>) {
     }
 }
 
-fn time(s: i64, ns: i64) -> SystemTime {
-    if s >= 0 {
-        UNIX_EPOCH + Duration::new(s as u64, ns as u32)
-    } else {
-        UNIX_EPOCH - Duration::from_secs(s.unsigned_abs()) + Duration::from_nanos(ns as u64)
-    }
-}
-
 /// The FUSE inode number of a backing object: its own plus one (1 is the root's).
 fn fuse_ino(st: &libc::stat) -> u64 {
     st.st_ino + 1
 }
 
 fn attr(st: &libc::stat, ino: u64) -> FileAttr {
-    FileAttr {
-        ino: INodeNo(ino),
-        size: st.st_size as u64,
-        blocks: st.st_blocks as u64,
-        atime: time(st.st_atime, st.st_atime_nsec),
-        mtime: time(st.st_mtime, st.st_mtime_nsec),
-        ctime: time(st.st_ctime, st.st_ctime_nsec),
-        crtime: UNIX_EPOCH,
-        kind: kind_of(st.st_mode),
-        perm: (st.st_mode & 0o7777) as u16,
-        nlink: st.st_nlink as u32,
-        uid: st.st_uid,
-        gid: st.st_gid,
-        rdev: st.st_rdev as u32,
-        blksize: st.st_blksize as u32,
-        flags: 0,
-    }
+    mirrorfs::fs::attr::from_stat(st, ino)
 }
 
 fn lstat(p: &Path) -> Res<libc::stat> {
