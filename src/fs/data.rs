@@ -420,7 +420,9 @@ impl MirrorFs {
     ) {
         self.mirror
             .read_ahead_step(&h.inode.readahead, fh, &h.legs(), req, || {
-                let inode = h.inode.clone();
+                // Weak: the plan lives in the inode it reads.
+                let inode = Arc::downgrade(&h.inode);
+                let ino = h.inode.ino;
                 let mirror = self.mirror.clone();
                 let sums = sums.clone();
                 // One descriptor per leg for the plan's life (each open of a remote or
@@ -429,11 +431,12 @@ impl MirrorFs {
                     parking_lot::Mutex::new(vec![None; mirror.legs().len()]);
                 Arc::new(move |leg, offset, buf: &mut [u8]| {
                     let len = buf.len() as u32;
-                    mirror.read_ahead_fetch(leg, inode.ino, offset, len, || {
+                    mirror.read_ahead_fetch(leg, ino, offset, len, || {
                         let cached = fds.lock().get(leg).cloned().flatten();
                         let fd = match cached {
                             Some(fd) => fd,
                             None => {
+                                let inode = inode.upgrade().ok_or(Errno::EIO)?;
                                 let fd = Arc::new(sys::fd::reopen(
                                     inode.fd(leg)?.as_fd(),
                                     libc::O_RDONLY,
