@@ -97,8 +97,11 @@ test: deps test-unit test-external
 deps:
 	scripts/install-test-deps.sh
 
+# The disk model's binary first: tests put legs on it, and cargo test builds only the test
+# harness of another package's binary.
 test-unit:
 	@mkdir -p $(TARGET_DIR); rm -f $(SKIP_LOG)
+	$(CARGO) build -p mirrorfs-diskmodel $(filter --release,$(CARGO_TEST_FLAGS))
 	MIRRORFS_SKIP_LOG=$(SKIP_LOG) $(CARGO) test --workspace --all-features $(CARGO_TEST_FLAGS)
 	@echo "test-unit: skipped: $$(cat $(SKIP_LOG) 2>/dev/null | wc -l)"
 

@@ -3,8 +3,8 @@
 
 use super::*;
 
-/// The disk model's binary, built beside mirrorfs's (`cargo test --workspace` and `make test`
-/// build it). A test that cannot find it fails, saying how to build it.
+/// The disk model's binary, beside mirrorfs's (`make test-unit` builds it before the tests; a
+/// bare `cargo test` does not). A test that cannot find it fails, saying how to build it.
 pub fn diskmodel_bin() -> PathBuf {
     let dir = Path::new(mirrorfs_bin()).parent().unwrap().to_path_buf();
     let bin = dir.join("mirrorfs-diskmodel");
