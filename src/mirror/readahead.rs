@@ -109,14 +109,10 @@ impl Stream {
     /// The file's data changed: drops every buffer; fetches under way stop at their next
     /// chunk, and what they read is thrown away.
     pub fn invalidate(&self) {
-        let mut st = self.st.lock();
-        if !st.dead {
-            st.dead = true;
+        if !self.st.lock().dead {
             self.counters.invalidated.fetch_add(1, Ordering::Relaxed);
         }
-        self.free(&mut st, |_| true);
-        st.plan.stop();
-        self.arrived.notify_all();
+        self.release();
     }
 
     /// The file's last open was closed: gives every buffer back (fetches under way stop at
@@ -145,11 +141,6 @@ impl Stream {
     pub fn finished(&self) -> bool {
         let st = self.st.lock();
         st.dead || st.plan.finished()
-    }
-
-    /// This plan's fetches running on `leg` (0 or 1).
-    fn fetching(&self, leg: LegIdx) -> u32 {
-        u32::from(self.st.lock().fetching.get(leg).copied().unwrap_or(false))
     }
 
     /// Fetches the extents of `leg`, in order, until none is left unstarted (runs on the
@@ -449,11 +440,6 @@ impl ReadAhead {
                 stream.free(&mut st, |b| b.leg == leg && !b.started);
             }
         }
-    }
-
-    /// Our fetches running on `leg` for `s` (the policy must not count them as other work).
-    pub fn own_fetches(s: &Stream, leg: LegIdx) -> u32 {
-        s.fetching(leg)
     }
 
     /// Hands a job to `leg`'s read-ahead thread, starting it if need be.
