@@ -258,6 +258,9 @@ pub struct LegStats {
     pub rotational: bool,
     pub rotational_source: String,
     pub writemostly: bool,
+    /// Lookups, listings and attribute reads leave the leg alone (`=quiet`).
+    #[serde(default)]
+    pub quiet: bool,
     /// The block device under the leg (its sysfs name), if one was found.
     pub device: Option<String>,
     pub read_ops: u64,

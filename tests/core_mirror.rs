@@ -6,6 +6,7 @@ use mirrorfs::config::MountConfig;
 use mirrorfs::errno::Errno;
 use mirrorfs::fs::inode::{CONTROL_INO, ROOT_INO};
 use mirrorfs::fs::{Caller, Entry, FsConfig, MirrorFs, SetAttr, TimeSpec};
+use mirrorfs::leg::spec::LegSpec;
 use mirrorfs::leg::Leg;
 use mirrorfs::meta::array::{ArrayPlan, PlannedLeg};
 use mirrorfs::meta::superblock::LegSuperblock;
@@ -46,6 +47,15 @@ fn open_fs(l: &Legs) -> MirrorFs {
 }
 
 fn open_fs_with(l: &Legs, policy: Box<dyn mirrorfs::policy::ReadPolicy>) -> MirrorFs {
+    open_fs_quiet(l, policy, &[])
+}
+
+/// As [`open_fs_with`], the legs `quiet` with the `quiet` attribute.
+fn open_fs_quiet(
+    l: &Legs,
+    policy: Box<dyn mirrorfs::policy::ReadPolicy>,
+    quiet: &[usize],
+) -> MirrorFs {
     let none = vec![None; l.paths.len()];
     let plan = ArrayPlan::prepare(&l.shown, &l.paths, &none, false, false, None).unwrap();
     let sbs = plan.commit().unwrap();
@@ -53,7 +63,13 @@ fn open_fs_with(l: &Legs, policy: Box<dyn mirrorfs::policy::ReadPolicy>) -> Mirr
         .paths
         .iter()
         .enumerate()
-        .map(|(i, p)| Leg::open_plain(i, p).unwrap())
+        .map(|(i, p)| {
+            let spec = LegSpec {
+                quiet: quiet.contains(&i),
+                ..LegSpec::default()
+            };
+            Leg::open(i, p, &spec).unwrap()
+        })
         .collect();
     MirrorFs::new(
         legs,
@@ -646,4 +662,98 @@ fn a_split_read_runs_exactly_its_pieces() {
         .map(|(leg, b)| leg.counters.read_ops.load(Ordering::Relaxed) - b)
         .collect();
     assert_eq!(reads, vec![2, 1], "pieces read per leg");
+}
+
+/// A mirror of two legs, leg 1 quiet, holding `d/f` ("old") and the name `d/g`, made through
+/// the core; then the kernel forgets everything, so the next lookups make fresh inodes.
+fn quiet_pair(l: &Legs, c: &Caller) -> MirrorFs {
+    let fs = open_fs_quiet(
+        l,
+        mirrorfs::policy::by_name_among("first", &[]).unwrap(),
+        &[1],
+    );
+    let d = fs.mkdir(ROOT_INO, OsStr::new("d"), 0o755, c).unwrap();
+    let (f, fh) = fs
+        .create(d.attr.ino.0, OsStr::new("f"), 0o644, libc::O_RDWR, c)
+        .unwrap();
+    fs.write(fh, 0, b"old").unwrap();
+    fs.release(fh).unwrap();
+    fs.link(f.attr.ino.0, d.attr.ino.0, OsStr::new("g"), c)
+        .unwrap();
+    fs.forget(f.attr.ino.0, 2);
+    fs.forget(d.attr.ino.0, 1);
+    assert_eq!(fs.live_inodes(), 1);
+    fs
+}
+
+#[test]
+fn lookups_and_reads_leave_a_quiet_leg_alone_and_changes_find_it() {
+    let l = legs(2);
+    let c = me();
+    let fs = quiet_pair(&l, &c);
+    // Every lookup, attribute or read on leg 1 would fail and drop it: none happens.
+    for op in ["lookup", "getattr", "readdir", "read", "open"] {
+        fail(&fs, 1, op, Errno::EIO, None);
+    }
+    let d = fs.lookup(ROOT_INO, OsStr::new("d"), &c).unwrap();
+    let f = fs.lookup(d.attr.ino.0, OsStr::new("f"), &c).unwrap();
+    fs.getattr(f.attr.ino.0).unwrap();
+    let fh = fs.open(f.attr.ino.0, libc::O_RDONLY, &c).unwrap();
+    assert_eq!(fs.read(fh, 0, 10, 1).unwrap().as_slice(), b"old");
+    fs.release(fh).unwrap();
+    assert_eq!(fs.mirror().in_sync_legs(), vec![0, 1]);
+    fs.mirror().clear_faults();
+
+    // A change finds the file on leg 1 by its path, after its directory moved.
+    fs.rename(ROOT_INO, OsStr::new("d"), ROOT_INO, OsStr::new("e"), 0, &c)
+        .unwrap();
+    let fh = fs.open(f.attr.ino.0, libc::O_WRONLY, &c).unwrap();
+    fs.write(fh, 0, b"new").unwrap();
+    fs.release(fh).unwrap();
+    fs.mkdir(d.attr.ino.0, OsStr::new("sub"), 0o755, &c)
+        .unwrap();
+    for p in &l.paths {
+        assert_eq!(read_all(&p.join("e/f")), b"new");
+        assert!(p.join("e/sub").is_dir());
+    }
+    assert_eq!(fs.mirror().in_sync_legs(), vec![0, 1]);
+}
+
+#[test]
+fn a_quiet_leg_that_lacks_what_a_change_needs_is_dropped() {
+    let l = legs(2);
+    let c = me();
+    let fs = quiet_pair(&l, &c);
+    let d = fs.lookup(ROOT_INO, OsStr::new("d"), &c).unwrap();
+    let f = fs.lookup(d.attr.ino.0, OsStr::new("f"), &c).unwrap();
+    // Behind the mirror's back, leg 1 loses the file: lookups never notice (they leave the
+    // leg alone), the first change does, and the leg is let go of rather than left behind.
+    std::fs::remove_file(l.paths[1].join("d/f")).unwrap();
+    let fh = fs.open(f.attr.ino.0, libc::O_WRONLY, &c).unwrap();
+    fs.write(fh, 0, b"new").unwrap();
+    fs.release(fh).unwrap();
+    assert_eq!(fs.mirror().in_sync_legs(), vec![0]);
+    assert_eq!(read_all(&l.paths[0].join("d/f")), b"new");
+}
+
+#[test]
+fn when_the_other_leg_fails_the_quiet_leg_serves_what_the_kernel_holds() {
+    let l = legs(2);
+    let c = me();
+    let fs = quiet_pair(&l, &c);
+    let d = fs.lookup(ROOT_INO, OsStr::new("d"), &c).unwrap();
+    let f = fs.lookup(d.attr.ino.0, OsStr::new("f"), &c).unwrap();
+    fail(&fs, 0, "mkdir", Errno::EIO, None);
+    fs.mkdir(ROOT_INO, OsStr::new("x"), 0o755, &c).unwrap();
+    assert_eq!(fs.mirror().in_sync_legs(), vec![1]);
+    // The sweep lets go of leg 0's descriptors: what the kernel holds is found on leg 1 first.
+    fs.recovery().release_dropped_legs();
+    assert_eq!(fs.getattr(f.attr.ino.0).unwrap().size, 3);
+    let fh = fs.open(f.attr.ino.0, libc::O_RDWR, &c).unwrap();
+    fs.write(fh, 0, b"leg1 alone").unwrap();
+    assert_eq!(fs.read(fh, 0, 100, 1).unwrap().as_slice(), b"leg1 alone");
+    fs.release(fh).unwrap();
+    assert_eq!(read_all(&l.paths[1].join("d/f")), b"leg1 alone");
+    let g = fs.lookup(d.attr.ino.0, OsStr::new("g"), &c).unwrap();
+    assert_eq!(g.attr.ino, f.attr.ino, "a hard link keeps its number");
 }

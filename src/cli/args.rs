@@ -61,7 +61,7 @@ pub struct MountArgs {
     #[arg(short = 'o', value_name = "OPT[,OPT...]")]
     pub options: Vec<String>,
     /// The legs, separated by ':' (e.g. /mnt/ssd/data:/mnt/hdd/data), each with optional
-    /// attributes after '=': rot, nonrot, writemostly, name=LABEL.
+    /// attributes after '=': rot, nonrot, writemostly, quiet, name=LABEL.
     #[arg(value_name = "LEG[:LEG...]", required = true)]
     pub legs: Option<String>,
     /// Where to mount the mirror.

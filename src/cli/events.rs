@@ -634,6 +634,7 @@ mod tests {
             rotational: false,
             rotational_source: "unknown".into(),
             writemostly: false,
+            quiet: false,
             device: None,
             read_ops: 0,
             read_bytes: 0,

@@ -311,6 +311,7 @@ pub fn render(mounts: &[(String, Result<Stats, String>)]) -> String {
                     ("device", l.device.as_deref().unwrap_or("")),
                     ("rotational", if l.rotational { "1" } else { "0" }),
                     ("writemostly", if l.writemostly { "1" } else { "0" }),
+                    ("quiet", if l.quiet { "1" } else { "0" }),
                 ]),
                 1.0,
             ));

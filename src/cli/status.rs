@@ -166,7 +166,11 @@ pub fn render(st: &Stats) -> String {
             show_size(l.write_bytes),
             share,
             l.path,
-            if l.writemostly { "  (writemostly)" } else { "" }
+            match (l.quiet, l.writemostly) {
+                (true, _) => "  (quiet)",
+                (false, true) => "  (writemostly)",
+                _ => "",
+            }
         );
     }
     if st

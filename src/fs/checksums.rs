@@ -153,7 +153,7 @@ impl MirrorFs {
         len: usize,
     ) -> (Option<LegRead>, Vec<LegRead>) {
         let mut bad = Vec::new();
-        for leg in self.legs_for(inode) {
+        for leg in self.legs_known(inode) {
             let Ok(data) = self.read_leg(inode, leg, offset, len) else {
                 continue;
             };

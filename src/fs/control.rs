@@ -543,6 +543,7 @@ impl MirrorFs {
                     rotational: l.rotational,
                     rotational_source: l.rotational_source.as_str().into(),
                     writemostly: l.writemostly,
+                    quiet: l.quiet,
                     device: l.device.name(),
                     read_ops: get(&c.read_ops),
                     read_bytes: get(&c.read_bytes),

@@ -96,7 +96,13 @@ impl MirrorFs {
         // descriptor itself is opened as the daemon.
         let exec = flags & FMODE_EXEC != 0;
         let flags = leg_open_flags(flags);
-        let legs = self.legs_for(&inode);
+        // A read-only open does not look for the file on quiet legs: reads go there last,
+        // and find it then if they must.
+        let read_only = flags & libc::O_ACCMODE == libc::O_RDONLY && flags & libc::O_TRUNC == 0;
+        let legs = match read_only {
+            true => self.legs_known(&inode),
+            false => self.legs_for(&inode),
+        };
         if exec && !self.config.options.default_permissions {
             let leg = self.mirror.metadata_leg();
             self.checked(caller, || {
@@ -108,18 +114,24 @@ impl MirrorFs {
             self.will_change(&inode);
         }
         let admission = self.handles.admit(legs.len())?;
-        let later = flags & !(libc::O_TRUNC | libc::O_EXCL | libc::O_CREAT);
-        if flags & libc::O_ACCMODE == libc::O_RDONLY
-            && flags & libc::O_TRUNC == 0
-            && (exec || self.config.options.default_permissions)
-        {
+        let later_flags = flags & !(libc::O_TRUNC | libc::O_EXCL | libc::O_CREAT);
+        if read_only && (exec || self.config.options.default_permissions) {
             // Nothing to check on the legs: their descriptors are opened at first use.
             let n = self.mirror.legs().len();
-            let file = OpenFile::read_only(inode.clone(), admission, &legs, n, later)
+            let file = OpenFile::read_only(inode.clone(), admission, &legs, n, later_flags)
                 .with_io(|io| Ok(self.reader_io(io, &inode, &legs)))?;
             return Ok(self.opened(file));
         }
-        let opened = self.mirror.fan_out(&legs, "open", |leg| {
+        let later: Vec<LegIdx> = match read_only {
+            true => self.mirror.quiet_among(&legs),
+            false => Vec::new(),
+        };
+        let now: Vec<LegIdx> = legs
+            .iter()
+            .copied()
+            .filter(|l| !later.contains(l))
+            .collect();
+        let opened = self.mirror.fan_out(&now, "open", |leg| {
             let fd = inode.fd(leg)?;
             let fd = fd.as_fd();
             let open = |f| sys::fd::reopen(fd, f);
@@ -131,7 +143,10 @@ impl MirrorFs {
         if flags & libc::O_TRUNC != 0 {
             self.truncated_to_zero(&inode);
         }
-        let file = self.open_file(inode, admission, opened, later)?;
+        let file = self.open_file(inode, admission, opened, later_flags)?;
+        for &l in &later {
+            file.open_later(l);
+        }
         Ok(self.opened(file))
     }
 
@@ -204,7 +219,7 @@ impl MirrorFs {
         let leg = |l: LegIdx| self.mirror.leg(l);
         legs.iter().copied().min_by_key(|&l| {
             (
-                leg(l).writemostly,
+                leg(l).reads_last(),
                 leg(l).rotational,
                 leg(l).passthrough_files.load(Ordering::Relaxed),
             )
@@ -222,7 +237,7 @@ impl MirrorFs {
                 leg: b.leg,
                 file: b.file.clone(),
                 // A reader whose leg left the mirror is served by the daemon from the others.
-                direct_io: !self.legs_for(&inode).contains(&b.leg),
+                direct_io: !self.legs_known(&inode).contains(&b.leg),
             }),
         };
         Opened { fh, passthrough }
@@ -272,7 +287,7 @@ impl MirrorFs {
             opened.push((leg, (file, direct)));
             identified &= ok;
         }
-        let entry = self.claim_found(found);
+        let entry = self.claim_found(found, &[]);
         let inode = self.inodes.get(entry.attr.ino.0)?;
         // Under the directory's cover from birth: its writes need no record of their own.
         self.created_in(&inode, &p, name);

@@ -176,6 +176,14 @@ impl OpenFile {
         Ok(f)
     }
 
+    /// The descriptor on `leg` is opened at its first use (a read-only open leaves quiet
+    /// legs for later).
+    pub fn open_later(&self, leg: LegIdx) {
+        if let Some(cell) = self.fds.get(leg) {
+            *cell.write() = Slot::Later;
+        }
+    }
+
     pub fn is_direct(&self, leg: LegIdx) -> bool {
         self.fds
             .get(leg)

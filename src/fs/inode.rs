@@ -47,6 +47,12 @@ pub struct Inode {
     /// already failed).
     /// Per leg; a leg that joins (after a resync) gets every object attached afresh.
     objects: Vec<RwLock<Option<Arc<LegObject>>>>,
+    /// Legs (bits) this object has not been looked for on yet (quiet legs, which lookups
+    /// leave alone): found through [`FdCache`]'s resolver at the first use of its descriptor
+    /// there.
+    lazy: AtomicU64,
+    /// Held while the object is looked for on a quiet leg (one search at a time).
+    resolving: Mutex<()>,
     /// Files open on this object: while any is, its descriptors stay open (a deleted file can
     /// no longer be reopened by handle).
     open_files: AtomicUsize,
@@ -147,13 +153,73 @@ impl Inode {
     }
 
     /// This object's `O_PATH` descriptor on `leg`, reopened through its file handle if the
-    /// cache had closed it. ENOENT if the object is gone from the leg.
+    /// cache had closed it, or looked for there first if it was not yet (a quiet leg). ENOENT
+    /// if the object is gone from the leg.
     pub fn fd(self: &Arc<Self>, leg: LegIdx) -> Result<Arc<OwnedFd>> {
+        match self.objects.get(leg).and_then(|o| o.read().clone()) {
+            Some(obj) => self.object_fd(&obj, leg),
+            None if self.is_lazy(leg) => self.resolve(leg),
+            None => Err(Errno::EIO),
+        }
+    }
+
+    /// The descriptor on `leg` if the object was found there (never looks for it: a lazy
+    /// leg answers EIO).
+    pub fn found_fd(self: &Arc<Self>, leg: LegIdx) -> Result<Arc<OwnedFd>> {
         let obj = self
             .objects
             .get(leg)
             .and_then(|o| o.read().clone())
             .ok_or(Errno::EIO)?;
+        self.object_fd(&obj, leg)
+    }
+
+    fn is_lazy(&self, leg: LegIdx) -> bool {
+        leg < 64 && self.lazy.load(Ordering::Acquire) & (1 << leg) != 0
+    }
+
+    fn clear_lazy(&self, leg: LegIdx) {
+        if leg < 64 {
+            self.lazy.fetch_and(!(1 << leg), Ordering::AcqRel);
+        }
+    }
+
+    /// Whether this object is still to be looked for on `leg`.
+    pub fn lazy_on(&self, leg: LegIdx) -> bool {
+        self.is_lazy(leg)
+    }
+
+    /// Finds this object on the lazy leg `leg` with the cache's resolver and keeps it. None
+    /// from the resolver (no name left: deleted while open) leaves the object without a copy
+    /// there, as a leg joining later would (`has_leg` is then false): ENOENT.
+    fn resolve(self: &Arc<Self>, leg: LegIdx) -> Result<Arc<OwnedFd>> {
+        let _one = self.resolving.lock();
+        if let Some(obj) = self.objects[leg].read().clone() {
+            return self.object_fd(&obj, leg);
+        }
+        if !self.is_lazy(leg) {
+            return Err(Errno::EIO);
+        }
+        let resolver = self.cache.resolver.get().ok_or(Errno::EIO)?;
+        let Some((fd, dev)) = resolver(self, leg)? else {
+            self.clear_lazy(leg);
+            return Err(Errno::ENOENT);
+        };
+        let handle = self.cache.handle_for(leg, dev, &fd);
+        let reopenable = handle.is_some();
+        let fd = Arc::new(fd);
+        *self.objects[leg].write() = Some(Arc::new(LegObject {
+            handle,
+            fd: Mutex::new(Some(fd.clone())),
+        }));
+        self.clear_lazy(leg);
+        if reopenable {
+            self.cache.opened(Arc::downgrade(self), leg);
+        }
+        Ok(fd)
+    }
+
+    fn object_fd(self: &Arc<Self>, obj: &Arc<LegObject>, leg: LegIdx) -> Result<Arc<OwnedFd>> {
         let mut slot = obj.fd.lock();
         if let Some(fd) = slot.as_ref() {
             return Ok(fd.clone());
@@ -175,9 +241,9 @@ impl Inode {
         self.kind == libc::S_IFDIR
     }
 
-    /// Whether this object has its copy on `leg` (attached).
+    /// Whether this object has its copy on `leg` (attached, or still to be looked for there).
     pub fn has_leg(&self, leg: LegIdx) -> bool {
-        self.objects.get(leg).is_some_and(|o| o.read().is_some())
+        self.objects.get(leg).is_some_and(|o| o.read().is_some()) || self.is_lazy(leg)
     }
 
     pub fn is_symlink(&self) -> bool {
@@ -227,8 +293,15 @@ impl Drop for Inode {
     }
 }
 
+/// Finds an object on a leg it was not looked for on (a quiet leg): its descriptor there and
+/// the device it is on, or None if it has no name left (deleted while open).
+pub type Resolver =
+    Box<dyn Fn(&Arc<Inode>, LegIdx) -> Result<Option<(OwnedFd, u64)>> + Send + Sync>;
+
 /// The budget of cached, reopenable descriptors, and what is needed to reopen them.
 pub struct FdCache {
+    /// Looks objects up on lazy legs (set once, by the core).
+    resolver: std::sync::OnceLock<Resolver>,
     /// Per leg: a readable descriptor of the leg root, naming its filesystem for
     /// `open_by_handle_at`; None where handles cannot be used.
     mount_fds: Vec<RwLock<Option<Arc<OwnedFd>>>>,
@@ -256,6 +329,7 @@ impl FdCache {
             .map(|r| RwLock::new(r.and_then(Self::mount_fd_for).map(Arc::new)))
             .collect();
         FdCache {
+            resolver: std::sync::OnceLock::new(),
             mount_fds,
             root_devs: root_devs.into_iter().map(AtomicU64::new).collect(),
             budget: budget.max(16),
@@ -545,6 +619,8 @@ impl InodeTable {
                             }))
                         })
                         .collect(),
+                    lazy: AtomicU64::new(0),
+                    resolving: Mutex::new(()),
                     open_files: AtomicUsize::new(0),
                     cache: cache.clone(),
                     dir_lock: RwLock::new(()),
@@ -573,14 +649,21 @@ impl InodeTable {
     }
 
     /// The inode for an object found (or made) on the legs, counting one kernel lookup.
-    /// `ids` are its identities on the legs it was found on.
+    /// `ids` are its identities on the legs it was found on; `lazy` (bits) the legs it was
+    /// not looked for on, where it is found at first use (a quiet leg).
     ///
     /// If the object is already live (another name of a hard link, or a racing lookup), that
     /// inode is returned and `fds` are dropped. "The same object" means: the live inode's
     /// identities include every one of `ids` (a leg may have dropped out since, so a subset is
     /// enough). A number that only matches through some of them belonged to an object whose
     /// backing inode numbers a leg has since reused: the new object gets a fresh number.
-    pub fn claim(&self, ids: &[Identity], fds: Vec<Option<OwnedFd>>, kind: u32) -> Arc<Inode> {
+    pub fn claim(
+        &self,
+        ids: &[Identity],
+        fds: Vec<Option<OwnedFd>>,
+        kind: u32,
+        lazy: u64,
+    ) -> Arc<Inode> {
         let mut inner = self.inner.lock();
         let known = ids.iter().find_map(|id| inner.identity.get(id).copied());
         let mut reusable = None;
@@ -626,6 +709,8 @@ impl InodeTable {
             ino,
             kind,
             objects,
+            lazy: AtomicU64::new(lazy),
+            resolving: Mutex::new(()),
             open_files: AtomicUsize::new(0),
             cache: self.cache.clone(),
             dir_lock: RwLock::new(()),
@@ -646,6 +731,19 @@ impl InodeTable {
             self.cache.opened(Arc::downgrade(&inode), leg);
         }
         inode
+    }
+
+    /// Sets how objects are found on the legs they were not looked for on (once).
+    pub fn set_resolver(&self, resolver: Resolver) {
+        let _ = self.cache.resolver.set(resolver);
+    }
+
+    /// The object `ino` was found on a leg after its lookup: `id` is one more identity of it.
+    pub fn identify(&self, ino: u64, id: Identity) {
+        let mut inner = self.inner.lock();
+        if inner.known.contains_key(&ino) {
+            inner.add_identity(ino, id);
+        }
     }
 
     /// The inode number a directory entry will have once looked up (for `d_ino` in listings),
@@ -710,6 +808,7 @@ impl InodeTable {
             .collect();
         let mut report = AttachReport::default();
         for inode in inodes {
+            inode.clear_lazy(leg);
             let fd = if inode.ino == ROOT_INO {
                 Some(sys::fd::reopen(
                     root.as_fd(),
@@ -763,6 +862,7 @@ impl InodeTable {
             *cell.write() = None;
         }
         for inode in self.live_inodes() {
+            inode.clear_lazy(leg);
             let Some(cell) = inode.objects.get(leg) else {
                 continue;
             };
@@ -818,8 +918,8 @@ mod tests {
     #[test]
     fn hard_links_share_a_number_and_forget_frees() {
         let t = InodeTable::new(vec![None], &[id(0, 2)], 64);
-        let a = t.claim(&[id(0, 10), id(1, 20)], vec![None, None], libc::S_IFREG);
-        let b = t.claim(&[id(0, 10), id(1, 20)], vec![None, None], libc::S_IFREG);
+        let a = t.claim(&[id(0, 10), id(1, 20)], vec![None, None], libc::S_IFREG, 0);
+        let b = t.claim(&[id(0, 10), id(1, 20)], vec![None, None], libc::S_IFREG, 0);
         assert_eq!(a.ino, b.ino);
         assert_eq!(t.live_count(), 2);
         t.forget(a.ino, 1);
@@ -827,7 +927,7 @@ mod tests {
         t.forget(a.ino, 1);
         assert_eq!(t.live_count(), 1);
         // Looked up again after being forgotten: the same number.
-        let c = t.claim(&[id(0, 10), id(1, 20)], vec![None, None], libc::S_IFREG);
+        let c = t.claim(&[id(0, 10), id(1, 20)], vec![None, None], libc::S_IFREG, 0);
         assert_eq!(c.ino, a.ino);
     }
 
@@ -835,7 +935,7 @@ mod tests {
     fn listing_numbers_match_later_lookups() {
         let t = InodeTable::new(vec![None], &[], 64);
         let n = t.number_for(id(0, 55));
-        let i = t.claim(&[id(0, 55)], vec![None], libc::S_IFDIR);
+        let i = t.claim(&[id(0, 55)], vec![None], libc::S_IFDIR, 0);
         assert_eq!(i.ino, n);
         assert_ne!(t.number_for(id(0, 56)), n);
     }
@@ -844,14 +944,34 @@ mod tests {
     fn a_reused_backing_number_never_aliases_a_live_inode() {
         let t = InodeTable::new(vec![None], &[], 64);
         // A dies; a leg reuses one of its backing numbers for B (the other leg does not).
-        let a = t.claim(&[id(0, 100), id(1, 200)], vec![None, None], libc::S_IFREG);
+        let a = t.claim(
+            &[id(0, 100), id(1, 200)],
+            vec![None, None],
+            libc::S_IFREG,
+            0,
+        );
         t.forget(a.ino, 1);
-        let b = t.claim(&[id(0, 300), id(1, 200)], vec![None, None], libc::S_IFREG);
+        let b = t.claim(
+            &[id(0, 300), id(1, 200)],
+            vec![None, None],
+            libc::S_IFREG,
+            0,
+        );
         // Leg 0 now reuses A's other number for C while B is live: C must not become B.
-        let c = t.claim(&[id(0, 100), id(1, 400)], vec![None, None], libc::S_IFREG);
+        let c = t.claim(
+            &[id(0, 100), id(1, 400)],
+            vec![None, None],
+            libc::S_IFREG,
+            0,
+        );
         assert_ne!(c.ino, b.ino);
         // And B's own identities still find B.
-        let b2 = t.claim(&[id(0, 300), id(1, 200)], vec![None, None], libc::S_IFREG);
+        let b2 = t.claim(
+            &[id(0, 300), id(1, 200)],
+            vec![None, None],
+            libc::S_IFREG,
+            0,
+        );
         assert_eq!(b2.ino, b.ino);
     }
 
@@ -892,7 +1012,7 @@ mod tests {
     }
 
     fn claim(t: &InodeTable, ids: &[Identity]) -> Arc<Inode> {
-        t.claim(ids, vec![None, None], libc::S_IFREG)
+        t.claim(ids, vec![None, None], libc::S_IFREG, 0)
     }
 
     #[test]

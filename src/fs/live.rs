@@ -92,7 +92,27 @@ impl LiveObjects for Live {
         Ok(())
     }
 
+    /// Before letting go of `leg`, every live object still to be found on a quiet leg is
+    /// found there, by its path on `leg` if no other leg has it (the path is the kernel's
+    /// memory of the descriptor, read without touching the leg's device).
     fn detach_leg(&self, leg: LegIdx) {
+        let lazy_legs: Vec<LegIdx> = self
+            .mirror
+            .in_sync_legs()
+            .into_iter()
+            .filter(|&l| self.mirror.leg(l).quiet)
+            .collect();
+        if !lazy_legs.is_empty() {
+            for inode in self.inodes.live_inodes() {
+                for &l in &lazy_legs {
+                    if inode.lazy_on(l) {
+                        if let Err(e) = inode.fd(l) {
+                            log::warn!("inode {}: not found on quiet leg {l}: {e}", inode.ino);
+                        }
+                    }
+                }
+            }
+        }
         self.inodes.detach_leg(leg);
         for h in self.handles.open_files() {
             h.attach(leg, None);

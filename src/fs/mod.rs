@@ -20,6 +20,7 @@ mod dir;
 pub mod kernel;
 mod live;
 mod namespace;
+mod quiet;
 mod xattr;
 
 use crate::errno::{Errno, Result};
@@ -149,6 +150,8 @@ pub struct MirrorFs {
     events: control::EventBus,
     /// A missing `security.selinux` is answered ENOTSUP (`selinux_xattr=`, resolved at mount).
     selinux_enotsup: bool,
+    /// Renames, unlinks and rmdirs under way (for finding objects on quiet legs).
+    names: Arc<quiet::NameChanges>,
 }
 
 impl MirrorFs {
@@ -194,6 +197,12 @@ impl MirrorFs {
         mirror.readahead().set_limit(config.options.readahead);
         let mirror = Arc::new(mirror);
         let inodes = Arc::new(InodeTable::new(root_fds, &root_ids, config.fd_budget));
+        let names = Arc::new(quiet::NameChanges::default());
+        inodes.set_resolver(quiet::resolver(
+            mirror.clone(),
+            names.clone(),
+            Arc::downgrade(&inodes),
+        ));
         let handles = Arc::new(HandleTable::new(config.open_fd_budget));
         let live = live::Live {
             mirror: mirror.clone(),
@@ -210,6 +219,7 @@ impl MirrorFs {
         let selinux_enotsup = config.options.selinux_xattr.enotsup();
         Ok(MirrorFs {
             selinux_enotsup,
+            names,
             mirror,
             inodes,
             handles,
@@ -285,8 +295,24 @@ impl MirrorFs {
     }
 
     /// The in-sync legs `inode` has its copy on (all of them, except for an object deleted
-    /// while open that a leg joining later could not find).
+    /// while open that a leg joining later could not find), for a change: the object is
+    /// found first on the quiet legs it was not looked for on yet, so that the change reaches
+    /// it there.
     fn legs_for(&self, inode: &InodeRef) -> Vec<LegIdx> {
+        let legs = self.legs_known(inode);
+        for &l in &legs {
+            if inode.lazy_on(l) {
+                // Not found (deleted while open): the leg is left out below. Another error
+                // is the operation's on that leg, which then drops it.
+                let _ = inode.fd(l);
+            }
+        }
+        legs.into_iter().filter(|&l| inode.has_leg(l)).collect()
+    }
+
+    /// As [`legs_for`](Self::legs_for), without looking for the object on quiet legs (for
+    /// reads: the read policy leaves those legs last).
+    fn legs_known(&self, inode: &InodeRef) -> Vec<LegIdx> {
         self.mirror
             .in_sync_legs()
             .into_iter()

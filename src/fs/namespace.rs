@@ -29,15 +29,18 @@ impl MirrorFs {
         self.lookup_locked(&p, &cname, caller)
     }
 
-    /// Finds `name` in `p` on every in-sync leg, as `caller` when the core checks access
-    /// (search permission on `p`). The caller holds `p.dir_lock`.
+    /// Finds `name` in `p` on every in-sync leg but the quiet ones (see `fs/quiet.rs`), as
+    /// `caller` when the core checks access (search permission on `p`). The caller holds
+    /// `p.dir_lock`.
     pub(super) fn lookup_locked(
         &self,
         p: &InodeRef,
         name: &CStr,
         caller: &Caller,
     ) -> Result<Entry> {
-        let legs = self.legs_for(p);
+        let mut legs = self.legs_known(p);
+        let quiet = self.mirror.quiet_among(&legs);
+        legs.retain(|l| !quiet.contains(l));
         let results = legs
             .iter()
             .map(|&leg| {
@@ -55,12 +58,17 @@ impl MirrorFs {
             self.mirror.mark_failed(leg, "lookup", why);
         }
         let found = out.answer?;
-        Ok(self.claim_found(found))
+        Ok(self.claim_found(found, &quiet))
     }
 
     /// Turns per-leg `(O_PATH fd, stat)` of one object into an inode (one kernel lookup) and
-    /// its entry. A leg whose object is of another type than the first leg's is dropped.
-    pub(super) fn claim_found(&self, found: Vec<(LegIdx, (OwnedFd, Stat))>) -> Entry {
+    /// its entry; it is still to be found on the legs `lazy`. A leg whose object is of another
+    /// type than the first leg's is dropped.
+    pub(super) fn claim_found(
+        &self,
+        found: Vec<(LegIdx, (OwnedFd, Stat))>,
+        lazy: &[LegIdx],
+    ) -> Entry {
         let n = self.mirror.legs().len();
         let kind = found[0].1 .1.st_mode & libc::S_IFMT;
         let first_stat = found[0].1 .1;
@@ -83,7 +91,11 @@ impl MirrorFs {
             });
             fds[leg] = Some(fd);
         }
-        let inode = self.inodes.claim(&ids, fds, kind);
+        let lazy = lazy
+            .iter()
+            .filter(|&&l| l < 64)
+            .fold(0u64, |m, &l| m | 1 << l);
+        let inode = self.inodes.claim(&ids, fds, kind, lazy);
         Entry {
             attr: attr::from_stat(&first_stat, inode.ino),
         }
@@ -128,7 +140,7 @@ impl MirrorFs {
             .into_iter()
             .map(|(leg, (fd, (st, _)))| (leg, (fd, st)))
             .collect();
-        let entry = self.claim_found(found);
+        let entry = self.claim_found(found, &[]);
         if let Ok(inode) = self.inodes.get(entry.attr.ino.0) {
             // Under the directory's cover from birth: its first changes need no record.
             self.created_in(&inode, &p, name);
@@ -216,6 +228,7 @@ impl MirrorFs {
                 self.entry_copies(&p, &cname, &legs, true),
             )
         };
+        let _change = self.names.begin();
         self.mirror
             .fan_out(&legs, what, |leg| {
                 let dir = p.fd(leg)?;
@@ -272,10 +285,11 @@ impl MirrorFs {
         if parent != newparent {
             self.will_change_dir(&p);
         }
+        let to = self.legs_for(&np);
         let legs: Vec<LegIdx> = self
             .legs_for(&p)
             .into_iter()
-            .filter(|&l| np.has_leg(l))
+            .filter(|l| to.contains(l))
             .collect();
         // A file replaced by the rename loses its last name.
         let replaced = match flags & (libc::RENAME_EXCHANGE | libc::RENAME_NOREPLACE) {
@@ -287,6 +301,7 @@ impl MirrorFs {
         let exchanged = (flags & libc::RENAME_EXCHANGE != 0)
             .then(|| self.entry_copies(&np, &new, &legs, false))
             .flatten();
+        let _change = self.names.begin();
         self.mirror
             .fan_out(&legs, "rename", |leg| {
                 let (from, to) = (p.fd(leg)?, np.fd(leg)?);

@@ -86,6 +86,8 @@ pub struct Integrity {
     diverged: Mutex<BTreeMap<String, BTreeSet<String>>>,
     /// Stamps not yet committed, per leg slot (None: remove the stamp).
     stamps: Mutex<HashMap<usize, HashMap<u64, Option<Stamp>>>>,
+    /// Leg slots (bits) whose stores are read only when no other store is open: quiet legs.
+    read_last: AtomicU64,
     pub counters: Counters,
 }
 
@@ -178,6 +180,7 @@ impl Integrity {
             damaged: Mutex::new(BTreeMap::new()),
             damaged_count: AtomicU64::new(0),
             coverage_epoch: AtomicU64::new(0),
+            read_last: AtomicU64::new(0),
             diverged: Mutex::new(BTreeMap::new()),
             stamps: Mutex::new(HashMap::new()),
             counters: Counters::default(),
@@ -356,7 +359,19 @@ impl Integrity {
 
     /// The store reads are served from (the first leg that has one).
     fn reader(&self) -> Option<Arc<Store>> {
-        self.stores.read().iter().flatten().next().cloned()
+        let stores = self.stores.read();
+        let last = self.read_last.load(Ordering::Relaxed);
+        let quiet = |slot: usize| slot < 64 && last & (1 << slot) != 0;
+        let mut open = stores.iter().enumerate().filter(|(_, s)| s.is_some());
+        let first = open.clone().find(|&(slot, _)| !quiet(slot));
+        first.or_else(|| open.next()).and_then(|(_, s)| s.clone())
+    }
+
+    /// The store of leg slot `slot` is read only when no other is open (a quiet leg).
+    pub fn read_last(&self, slot: usize) {
+        if slot < 64 {
+            self.read_last.fetch_or(1 << slot, Ordering::Relaxed);
+        }
     }
 
     /// The checksums of file `id`, or None if the file is not covered.

@@ -105,6 +105,9 @@ pub struct Leg {
     pub rotational_source: RotationalSource,
     /// md's write-mostly: read only when no other in-sync leg can serve.
     pub writemostly: bool,
+    /// Write-mostly, and left alone by lookups, listings and attribute reads while another
+    /// in-sync leg can answer them: its objects are found when a change needs them.
+    pub quiet: bool,
     state: AtomicU8,
     /// Our own reads and writes on this leg that are picked or running and not finished.
     pub inflight: AtomicU32,
@@ -242,6 +245,7 @@ impl Leg {
             rotational,
             rotational_source,
             writemostly: spec.writemostly,
+            quiet: spec.quiet,
             state: AtomicU8::new(state as u8),
             inflight: AtomicU32::new(0),
             passthrough_files: Default::default(),
@@ -327,6 +331,11 @@ impl Leg {
 
     pub fn is_in_sync(&self) -> bool {
         self.state() == LegState::InSync
+    }
+
+    /// Read only when no other in-sync leg can serve: write-mostly or quiet.
+    pub fn reads_last(&self) -> bool {
+        self.writemostly || self.quiet
     }
 
     /// The filesystem's size and the bytes available now (measured).

@@ -1,8 +1,10 @@
 //! A leg as written in the leg list: `PATH[=ATTR[,ATTR...]]`, mergerfs's `PATH=MODE` style.
 //!
 //! Attributes: `rot` / `nonrot` (override the rotational flag found in sysfs), `writemostly`
-//! (md's write-mostly: gets every write, is read only when no other in-sync leg can serve), and
-//! `name=LABEL` (the leg's name in the stats and in `read_policy=leg:LABEL`).
+//! (md's write-mostly: gets every write, is read only when no other in-sync leg can serve),
+//! `quiet` (as write-mostly, and lookups, listings and attributes leave it alone too: its disk
+//! sees only writes while another in-sync leg can answer), and `name=LABEL` (the leg's name in
+//! the stats and in `read_policy=leg:LABEL`).
 
 /// What the user said about one leg.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -12,6 +14,7 @@ pub struct LegSpec {
     /// `Some(true)` for `=rot`, `Some(false)` for `=nonrot`.
     pub rotational: Option<bool>,
     pub writemostly: bool,
+    pub quiet: bool,
     pub name: Option<String>,
 }
 
@@ -54,6 +57,7 @@ impl LegSpec {
                     spec.rotational = Some(a == "rot");
                 }
                 None if a == "writemostly" => spec.writemostly = true,
+                None if a == "quiet" => spec.quiet = true,
                 Some(("name", n)) if valid_name(n) => spec.name = Some(n.to_string()),
                 Some(("name", n)) => {
                     return Err(format!(
@@ -62,7 +66,7 @@ impl LegSpec {
                 }
                 _ => {
                     return Err(format!(
-                        "leg '{s}': unknown attribute '{a}' (valid: rot, nonrot, writemostly, name=LABEL)"
+                        "leg '{s}': unknown attribute '{a}' (valid: rot, nonrot, writemostly, quiet, name=LABEL)"
                     ))
                 }
             }
@@ -106,6 +110,8 @@ mod tests {
         assert_eq!(s.path, "/mnt/usb");
         assert_eq!(s.rotational, Some(true));
         assert!(s.writemostly);
+        assert!(!s.quiet);
+        assert!(LegSpec::parse("/mnt/hdd=quiet").unwrap().quiet);
         assert_eq!(s.name.as_deref(), Some("usb"));
         assert_eq!(
             LegSpec::parse("/mnt/ssd=nonrot").unwrap().rotational,

@@ -128,6 +128,9 @@ impl Mirror {
             changes.start_away(&id);
         }
         let integrity = Integrity::new(checksum, legs.len());
+        for l in legs.iter().filter(|l| l.quiet) {
+            integrity.read_last(l.idx);
+        }
         let auto = policy.name() == "auto";
         Ok(Mirror {
             readahead: readahead::ReadAhead::new(n_legs, 0),
@@ -240,13 +243,27 @@ impl Mirror {
     }
 
     /// The leg whose answers stand for the mirror's metadata (attributes, listings): the first
-    /// in-sync leg, so that what users see does not depend on where reads go.
+    /// in-sync leg that is not quiet (the first in-sync leg if all are), so that what users
+    /// see does not depend on where reads go.
     pub fn metadata_leg(&self) -> LegIdx {
-        self.legs
-            .iter()
-            .find(|l| l.is_in_sync())
+        let in_sync = || self.legs.iter().filter(|l| l.is_in_sync());
+        in_sync()
+            .find(|l| !l.quiet)
+            .or_else(|| in_sync().next())
             .map(|l| l.idx)
             .unwrap_or(0)
+    }
+
+    /// Of `legs` (in sync), those a lookup leaves alone: the quiet ones, while another leg of
+    /// `legs` is not quiet. Their objects are found when a change needs them.
+    pub fn quiet_among(&self, legs: &[LegIdx]) -> Vec<LegIdx> {
+        if legs.iter().all(|&l| self.legs[l].quiet) {
+            return Vec::new();
+        }
+        legs.iter()
+            .copied()
+            .filter(|&l| self.legs[l].quiet)
+            .collect()
     }
 
     /// Runs `op` on every leg in `legs` in parallel, reconciles the answers, drops legs that

@@ -51,7 +51,7 @@ impl ReadHistory {
         let mut v = LegView {
             idx: leg.idx,
             rotational: leg.rotational,
-            writemostly: leg.writemostly,
+            writemostly: leg.reads_last(),
             inflight: leg.inflight.load(Ordering::Acquire),
             device_inflight: leg.device.inflight(),
             ..Default::default()
