@@ -36,6 +36,7 @@ impl Errno {
     pub const ENXIO: Errno = Errno(libc::ENXIO);
     pub const ESTALE: Errno = Errno(libc::ESTALE);
     pub const ENOTCONN: Errno = Errno(libc::ENOTCONN);
+    pub const ETIMEDOUT: Errno = Errno(libc::ETIMEDOUT);
     pub const EDQUOT: Errno = Errno(libc::EDQUOT);
     pub const EOVERFLOW: Errno = Errno(libc::EOVERFLOW);
     pub const ENFILE: Errno = Errno(libc::ENFILE);

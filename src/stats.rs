@@ -272,6 +272,13 @@ pub struct LegStats {
     pub checksum_errors: u64,
     /// Ranges rewritten on this leg after it failed to read them (read-repair).
     pub read_repairs: u64,
+    /// Operations not answered within `leg_timeout` (each dropped the leg).
+    #[serde(default)]
+    pub timeouts: u64,
+    /// Operations given up on after `leg_timeout` that the leg has not finished yet: it may
+    /// not be resynced until none is left.
+    #[serde(default)]
+    pub abandoned: u32,
     /// Our own reads and writes on the leg now.
     pub inflight: u32,
     /// The device's in-flight count from sysfs (last fresh sample), if there is a device.

@@ -31,6 +31,7 @@ fn mirror_state(mnt: &Path) -> Vec<String> {
         key(mnt, "minfreespace"),
         key(mnt, "resync_speed_max"),
         key(mnt, "readahead"),
+        key(mnt, "leg_timeout"),
         key(mnt, "fault"),
     ];
     for l in s["legs"].as_array().unwrap() {
@@ -69,6 +70,7 @@ fn control_writes_need_root(options: &[&str]) {
         ("minfreespace", "1G"),
         ("resync_speed_max", "1M"),
         ("readahead", "0"),
+        ("leg_timeout", "1"),
         ("stats_reset", "1"),
         ("scrub", "start"),
         ("scrub", "cancel"),

@@ -533,6 +533,8 @@ fn control_state(fs: &MirrorFs) -> String {
         "read_policy",
         "minfreespace",
         "resync_speed_max",
+        "readahead",
+        "leg_timeout",
         "fault",
         "scrub",
     ] {
@@ -601,7 +603,8 @@ fn hostile_values_for_every_writable_key() {
             let r = fs.setxattr(ROOT_INO, OsStr::new(&name), v.as_bytes(), 0, &root);
             let may_take = matches!(key, "stats_reset" | "notify_test")
                 || (matches!(key, "minfreespace" | "resync_speed_max" | "readahead")
-                    && mirrorfs::value::size(v).is_ok());
+                    && mirrorfs::value::size(v).is_ok())
+                || (key == "leg_timeout" && mirrorfs::value::seconds(v).is_ok());
             match r {
                 Ok(()) => assert!(may_take, "{key}={v:?} was taken"),
                 Err(e) => {

@@ -644,6 +644,8 @@ mod tests {
             write_errors: 0,
             checksum_errors: 0,
             read_repairs: 0,
+            timeouts: 0,
+            abandoned: 0,
             inflight: 0,
             device_inflight: None,
             latency_us: LatencyStats::default(),

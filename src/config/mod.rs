@@ -20,6 +20,11 @@ pub fn read_config_file(file: &str) -> Result<String, String> {
 /// to four disks.
 pub const DEFAULT_READAHEAD: u64 = 128 << 20;
 
+/// `leg_timeout=`'s default: none. With one, every read, write and fsync runs on its leg's
+/// worker with its own copy of the data, which costs small reads most of their speed (see
+/// docs/operations.md); a local disk's own timeouts end in EIO, which the mirror handles.
+pub const DEFAULT_LEG_TIMEOUT: std::time::Duration = std::time::Duration::ZERO;
+
 /// Everything `-o` can say.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MountConfig {
@@ -66,6 +71,9 @@ pub struct MountConfig {
     pub resync_speed_max: u64,
     /// Memory the extent read-ahead may hold, bytes (0: off).
     pub readahead: u64,
+    /// How long a leg may take to answer a read, write, fsync or free-space query before it
+    /// is dropped (zero: for ever).
+    pub leg_timeout: std::time::Duration,
     /// Mount even when a leg is missing or behind, serving from the others (btrfs's option).
     pub degraded: bool,
     /// Free space every leg keeps: a write that would go below it on any leg fails with
@@ -221,6 +229,7 @@ impl Default for MountConfig {
             checksum: None,
             resync_speed_max: 0,
             readahead: DEFAULT_READAHEAD,
+            leg_timeout: DEFAULT_LEG_TIMEOUT,
             init_from: None,
             config_files: Vec::new(),
             notify_program: None,

@@ -102,7 +102,8 @@ fn yes_no(b: bool) -> String {
     if b { "true" } else { "false" }.into()
 }
 
-fn secs(d: std::time::Duration) -> String {
+/// Seconds as an option's value shows them (`0.5`, `60`).
+pub fn secs(d: std::time::Duration) -> String {
     format!("{}", d.as_secs_f64())
 }
 
@@ -206,6 +207,19 @@ pub static OPTIONS: &[OptionSpec] = &[
             Ok(())
         },
         show: |c| c.readahead.to_string(),
+    },
+    OptionSpec {
+        name: "leg_timeout",
+        opposite: None,
+        form: "S",
+        default: "0 (none)",
+        live: true,
+        doc: "seconds a leg may take to answer a read, write, fsync or free-space query; one that has not answered by then is dropped (reads go to another leg, the mirror carries on DEGRADED) and can be resynced once it answers again. For remote legs (NFS, SMB, sshfs); it costs small reads and writes speed (0: wait for ever)",
+        apply: |c, g| {
+            c.leg_timeout = value::seconds(text(g)?)?;
+            Ok(())
+        },
+        show: |c| secs(c.leg_timeout),
     },
     OptionSpec {
         name: "init_from",

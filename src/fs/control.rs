@@ -310,6 +310,10 @@ impl MirrorFs {
                 self.mirror.readahead().set_limit(parsed.readahead);
                 Ok(())
             }
+            "leg_timeout" => {
+                self.mirror.set_leg_timeout(parsed.leg_timeout);
+                Ok(())
+            }
             _ => Err(Errno::EROFS.into()),
         }
     }
@@ -337,6 +341,9 @@ impl MirrorFs {
             }
             "resync_speed_max" => self.recovery.speed_max().to_string(),
             "readahead" => self.mirror.readahead().limit().to_string(),
+            "leg_timeout" => {
+                crate::config::table::secs(self.mirror.leg_timeout().unwrap_or_default())
+            }
             _ => (o.show)(&self.config.options),
         }
     }
@@ -527,15 +534,12 @@ impl MirrorFs {
                 let f = self.mirror.service_figures(l.idx);
                 // Measured here without touching the leg's free-space estimate, which the
                 // write path keeps (a stats read must not reset it while writes are in flight).
+                // Within `leg_timeout`: a hanging leg shows no figures.
                 #[allow(clippy::unnecessary_cast)] // (statvfs's fields are not u64 everywhere)
-                let space = l
-                    .root()
-                    .ok()
-                    .and_then(|r| crate::sys::fd::statvfs(r.as_fd()).ok())
-                    .map(|st| {
-                        let frsize = st.f_frsize as u64;
-                        (st.f_blocks as u64 * frsize, st.f_bavail as u64 * frsize)
-                    });
+                let space = self.mirror.leg_statvfs(l.idx).map(|st| {
+                    let frsize = st.f_frsize as u64;
+                    (st.f_blocks as u64 * frsize, st.f_bavail as u64 * frsize)
+                });
                 LegStats {
                     name: l.name.clone(),
                     path: l.path().display().to_string(),
@@ -553,6 +557,8 @@ impl MirrorFs {
                     write_errors: get(&c.write_errors),
                     checksum_errors: get(&c.checksum_errors),
                     read_repairs: get(&c.read_repairs),
+                    timeouts: get(&c.timeouts),
+                    abandoned: l.abandoned.load(Ordering::Relaxed),
                     inflight: l.inflight.load(Ordering::Relaxed),
                     device_inflight: l.device.inflight_recent(),
                     latency_us: LatencyStats {

@@ -355,17 +355,13 @@ impl MirrorFs {
             },
             |leg, offset, len| {
                 let fd = h.fd(leg)?;
-                let fd = fd.as_fd();
-                let data = if h.is_direct(leg) {
-                    let mut buf = AlignedBuf::new(len as usize);
-                    let n = sys::fd::pread_full(fd, buf.as_mut_slice(), offset)?;
-                    ReadData::Aligned(buf, n)
-                } else {
-                    let mut buf = vec![0u8; len as usize];
-                    let n = sys::fd::pread_full(fd, &mut buf, offset)?;
-                    buf.truncate(n);
-                    ReadData::Plain(buf)
-                };
+                let direct = h.is_direct(leg);
+                // Within `leg_timeout`: the part owns its descriptor and buffer.
+                let data = self.mirror.timed(
+                    leg,
+                    "read",
+                    Box::new(move || read_leg_range(&fd, direct, offset, len)),
+                )?;
                 let c = &self.mirror.leg(leg).counters;
                 c.read_ops.fetch_add(1, Ordering::Relaxed);
                 c.read_bytes
@@ -560,23 +556,48 @@ impl MirrorFs {
             Some(f) => Some(self.sums_for_write(&h.inode, f, offset, data)?),
             None => None,
         };
-        let written = self
-            .mirror
-            .fan_out_file(&legs, "write", Some(h.inode.ino), |leg| {
-                let fd = h.fd(leg)?;
-                let fd = fd.as_fd();
-                let buf = match (&aligned, h.is_direct(leg)) {
-                    (Some(a), true) => a.as_slice(),
-                    _ => data,
-                };
-                // Errors are counted where the legs' answers are reconciled (a leg fault drops the
-                // leg and counts a write error there; a caller error is no error of the leg's).
-                let n = sys::fd::pwrite_full(fd, buf, offset)?;
-                let c = &self.mirror.leg(leg).counters;
-                c.write_ops.fetch_add(1, Ordering::Relaxed);
-                c.write_bytes.fetch_add(n as u64, Ordering::Relaxed);
-                Ok(n)
-            })?;
+        // Errors are counted where the legs' answers are reconciled (a leg fault drops the leg
+        // and counts a write error there; a caller error is no error of the leg's).
+        let written = match self.mirror.leg_timeout() {
+            None => self
+                .mirror
+                .fan_out_file(&legs, "write", Some(h.inode.ino), |leg| {
+                    let buf = match (&aligned, h.is_direct(leg)) {
+                        (Some(a), true) => a.as_slice(),
+                        _ => data,
+                    };
+                    sys::fd::pwrite_full(h.fd(leg)?.as_fd(), buf, offset)
+                })?,
+            // Each leg's part owns a copy of the data: one that hangs past the deadline is
+            // left behind, and this write goes on without it.
+            Some(_) => {
+                let plain: Arc<[u8]> = Arc::from(data);
+                let aligned = aligned.map(Arc::new);
+                self.mirror
+                    .fan_out_owned(&legs, "write", Some(h.inode.ino), |leg| {
+                        let fd = h.fd(leg)?;
+                        let op: crate::mirror::deadline::OwnedOp<usize> =
+                            match (&aligned, h.is_direct(leg)) {
+                                (Some(a), true) => {
+                                    let a = a.clone();
+                                    Box::new(move || {
+                                        sys::fd::pwrite_full(fd.as_fd(), a.as_slice(), offset)
+                                    })
+                                }
+                                _ => {
+                                    let d = plain.clone();
+                                    Box::new(move || sys::fd::pwrite_full(fd.as_fd(), &d, offset))
+                                }
+                            };
+                        Ok(op)
+                    })?
+            }
+        };
+        for (leg, n) in &written {
+            let c = &self.mirror.leg(*leg).counters;
+            c.write_ops.fetch_add(1, Ordering::Relaxed);
+            c.write_bytes.fetch_add(*n as u64, Ordering::Relaxed);
+        }
         h.wrote.store(true, Ordering::Relaxed);
         if let (Some(f), Some((first, new))) = (&sums, new_sums) {
             let end = offset + data.len() as u64;
@@ -636,8 +657,9 @@ impl MirrorFs {
         self.align_mtimes(&h)?;
         let legs = self.writable_legs(&h);
         self.mirror
-            .fan_out(&legs, "fsync", |leg| {
-                sys::fd::fsync(h.fd(leg)?.as_fd(), datasync)
+            .fan_out_owned(&legs, "fsync", None, |leg| {
+                let fd = h.fd(leg)?;
+                Ok(Box::new(move || sys::fd::fsync(fd.as_fd(), datasync)))
             })
             .map(drop)
     }
@@ -737,4 +759,23 @@ impl MirrorFs {
         ho.wrote.store(true, Ordering::Relaxed);
         agree(&self.mirror, "copy_file_range", &copied)
     }
+}
+
+/// Reads `len` bytes at `offset` through one leg's descriptor (into an aligned buffer for an
+/// `O_DIRECT` one).
+fn read_leg_range(
+    fd: &super::handle::LegFd,
+    direct: bool,
+    offset: u64,
+    len: u32,
+) -> Result<ReadData> {
+    if direct {
+        let mut buf = AlignedBuf::new(len as usize);
+        let n = sys::fd::pread_full(fd.as_fd(), buf.as_mut_slice(), offset)?;
+        return Ok(ReadData::Aligned(buf, n));
+    }
+    let mut buf = vec![0u8; len as usize];
+    let n = sys::fd::pread_full(fd.as_fd(), &mut buf, offset)?;
+    buf.truncate(n);
+    Ok(ReadData::Plain(buf))
 }

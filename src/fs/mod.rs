@@ -195,6 +195,7 @@ impl MirrorFs {
             config.options.checksums(),
         )?;
         mirror.readahead().set_limit(config.options.readahead);
+        mirror.set_leg_timeout(config.options.leg_timeout);
         let mirror = Arc::new(mirror);
         let inodes = Arc::new(InodeTable::new(root_fds, &root_ids, config.fd_budget));
         let names = Arc::new(quiet::NameChanges::default());

@@ -270,12 +270,21 @@ impl Integrity {
         (failed, notes)
     }
 
-    /// A leg left the mirror: its store is no longer written.
+    /// A leg left the mirror: its store is no longer written. The store is closed on a thread
+    /// of its own: closing writes its header, and a leg dropped because it hangs would hold
+    /// the caller (a request) for as long as it hangs.
     pub fn detach(&self, slot: usize) {
-        if let Some(s) = self.stores.write().get_mut(slot) {
-            *s = None;
-        }
+        let gone = self.stores.write().get_mut(slot).and_then(Option::take);
         self.stamps.lock().remove(&slot);
+        if let Some(s) = gone {
+            let close = std::thread::Builder::new()
+                .name("store-close".into())
+                .spawn(move || drop(s));
+            // No thread to spare: closed here after all.
+            if let Err(e) = close {
+                log::warn!("closing leg {slot}'s checksum store here: {e}");
+            }
+        }
     }
 
     /// Records (for the next commit) that leg `slot`'s copy of file `id` has the ctime

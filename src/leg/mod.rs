@@ -118,6 +118,9 @@ pub struct Leg {
     /// `stats_reset`).
     pub read_faults: AtomicU64,
     pub counters: LegCounters,
+    /// Operations given up on after `leg_timeout` that have not ended yet (they end when the
+    /// leg answers; see `mirror/deadline.rs`).
+    pub abandoned: std::sync::Arc<AtomicU32>,
     /// Free space as last measured, less what was written since.
     free: Mutex<FreeSpace>,
     /// Bytes that must stay free on the leg (`minfreespace`).
@@ -152,6 +155,8 @@ pub struct LegCounters {
     pub split_reads: AtomicU64,
     /// Whole reads of a stream spread over several legs that this leg served.
     pub spread_reads: AtomicU64,
+    /// Operations not answered within `leg_timeout`.
+    pub timeouts: AtomicU64,
 }
 
 impl LegCounters {
@@ -170,6 +175,7 @@ impl LegCounters {
             &self.stream_switches,
             &self.split_reads,
             &self.spread_reads,
+            &self.timeouts,
         ] {
             c.store(0, Ordering::Relaxed);
         }
@@ -251,6 +257,7 @@ impl Leg {
             passthrough_files: Default::default(),
             read_faults: AtomicU64::new(0),
             counters: LegCounters::default(),
+            abandoned: Default::default(),
             free: Mutex::new(FreeSpace {
                 measured: None,
                 avail: 0,
@@ -341,6 +348,13 @@ impl Leg {
     /// The filesystem's size and the bytes available now (measured).
     pub fn space(&self) -> Result<(u64, u64)> {
         let st = sys::fd::statvfs(self.root()?.as_fd())?;
+        Ok(self.note_space(&st))
+    }
+
+    /// Keeps a measurement of the leg's filesystem (`statvfs`); returns its size and the
+    /// bytes available.
+    #[allow(clippy::unnecessary_cast)] // (statvfs's fields are not u64 everywhere)
+    pub fn note_space(&self, st: &libc::statvfs) -> (u64, u64) {
         let frsize = st.f_frsize as u64;
         let (total, avail) = (st.f_blocks as u64 * frsize, st.f_bavail as u64 * frsize);
         let mut f = self.free.lock();
@@ -348,31 +362,36 @@ impl Leg {
             measured: Some(std::time::Instant::now()),
             avail,
         };
-        Ok((total, avail))
+        (total, avail)
     }
 
     /// Whether `need` more bytes fit on the leg without going below `reserve` free bytes.
     /// Measures at most every 100 ms, and again whenever the estimate comes close to the line,
-    /// so that the answer is exact where it matters and cheap elsewhere. Counts `need` as
-    /// written when it fits.
-    pub fn take_space(&self, need: u64, reserve: u64) -> Result<bool> {
+    /// so that the answer is exact where it matters and cheap elsewhere. This answers from the
+    /// estimate alone: None when it must measure (then
+    /// [`take_space_measured`](Self::take_space_measured)). Counts `need` as written when it
+    /// fits.
+    pub fn take_space_estimated(&self, need: u64, reserve: u64) -> Option<bool> {
         const FRESH: std::time::Duration = std::time::Duration::from_millis(100);
         const MARGIN: u64 = 64 << 20;
-        {
-            let mut f = self.free.lock();
-            let fresh = f.measured.is_some_and(|t| t.elapsed() < FRESH);
-            if fresh && f.avail >= reserve.saturating_add(need).saturating_add(MARGIN) {
-                f.avail -= need;
-                return Ok(true);
-            }
+        let mut f = self.free.lock();
+        let fresh = f.measured.is_some_and(|t| t.elapsed() < FRESH);
+        if fresh && f.avail >= reserve.saturating_add(need).saturating_add(MARGIN) {
+            f.avail -= need;
+            return Some(true);
         }
-        let (_, avail) = self.space()?;
+        None
+    }
+
+    /// [`take_space_estimated`](Self::take_space_estimated) once the leg was measured to have
+    /// `avail` bytes free.
+    pub fn take_space_measured(&self, avail: u64, need: u64, reserve: u64) -> bool {
         let fits = avail >= reserve.saturating_add(need);
         if fits {
             let mut f = self.free.lock();
             f.avail = f.avail.saturating_sub(need);
         }
-        Ok(fits)
+        fits
     }
 
     /// Marks the leg failed; returns false if it already was.

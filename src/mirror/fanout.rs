@@ -84,7 +84,8 @@ impl OpCosts {
     }
 }
 
-type Job = Box<dyn FnOnce() + Send + 'static>;
+/// A job for a leg's worker.
+pub type Job = Box<dyn FnOnce() + Send + 'static>;
 type LegOp<'a, T> = dyn Fn(LegIdx) -> T + Sync + 'a;
 
 /// Worker pools, one per leg.
@@ -117,6 +118,14 @@ impl LegWorkers {
             }
         }
         Ok(workers)
+    }
+
+    /// Hands `job` to one of `leg`'s workers; gives it back if there is none.
+    pub fn submit(&self, leg: LegIdx, job: Job) -> std::result::Result<(), Job> {
+        match self.queues.get(leg) {
+            Some(q) => q.send(job).map_err(|e| e.0),
+            None => Err(job),
+        }
     }
 
     /// Runs `op(leg)` for every leg in `legs` in parallel and returns `(leg, result)` in the

@@ -1,6 +1,7 @@
 //! The mirror engine: the legs, fanning operations out to them, reconciling their answers,
 //! dropping a leg that fails, and choosing the leg a read goes to.
 
+pub mod deadline;
 pub mod fanout;
 pub mod fault;
 pub mod outcome;
@@ -95,6 +96,8 @@ pub struct Mirror {
     readahead: readahead::ReadAhead,
     /// The policy in force is `auto`.
     auto: std::sync::atomic::AtomicBool,
+    /// `leg_timeout=` in milliseconds (0: none; see `deadline.rs`).
+    leg_timeout_ms: std::sync::atomic::AtomicU64,
 }
 
 impl Mirror {
@@ -135,6 +138,7 @@ impl Mirror {
         Ok(Mirror {
             readahead: readahead::ReadAhead::new(n_legs, 0),
             auto: std::sync::atomic::AtomicBool::new(auto),
+            leg_timeout_ms: std::sync::atomic::AtomicU64::new(0),
             integrity,
             reads: legs.iter().map(|_| Mutex::default()).collect(),
             legs,
@@ -194,8 +198,14 @@ impl Mirror {
         for &l in legs {
             let leg = &self.legs[l];
             let reserve = leg.reserve.load(Ordering::Relaxed);
+            let fits = match leg.take_space_estimated(need, reserve) {
+                Some(fits) => Ok(fits),
+                None => self
+                    .measure_space(l)
+                    .map(|avail| leg.take_space_measured(avail, need, reserve)),
+            };
             // A leg we cannot even measure will fail the write itself, and be dealt with there.
-            if let Ok(false) = leg.take_space(need, reserve) {
+            if let Ok(false) = fits {
                 log::info!(
                     "leg {} ('{}'): {} more would cross its reserve of {}: ENOSPC",
                     l,
@@ -207,6 +217,156 @@ impl Mirror {
             }
         }
         Ok(())
+    }
+
+    /// Measures the free space of leg `l` (within `leg_timeout`): the bytes available.
+    fn measure_space(&self, l: LegIdx) -> Result<u64> {
+        let root = self.legs[l].root()?;
+        let st = self.timed(
+            l,
+            "statfs",
+            Box::new(move || crate::sys::fd::statvfs(std::os::fd::AsFd::as_fd(&*root))),
+        )?;
+        Ok(self.legs[l].note_space(&st).1)
+    }
+
+    /// The `statvfs` of leg `l`'s filesystem for the statistics: None if it cannot be had
+    /// within `leg_timeout` (the leg is not dropped for that; its I/O will say).
+    pub fn leg_statvfs(&self, l: LegIdx) -> Option<libc::statvfs> {
+        let root = self.legs[l].root().ok()?;
+        let op: deadline::OwnedOp<libc::statvfs> =
+            Box::new(move || crate::sys::fd::statvfs(std::os::fd::AsFd::as_fd(&*root)));
+        let Some(timeout) = self.leg_timeout() else {
+            return op().ok();
+        };
+        let (job, pending) = deadline::prepare(op, self.legs[l].abandoned.clone());
+        if let Err(job) = self.workers.submit(l, job) {
+            job();
+        }
+        pending.wait(deadline::deadline(Some(timeout)))?.ok()
+    }
+
+    /// `leg_timeout=`: how long a leg may take to answer a read, a write, an fsync or a
+    /// free-space query before it is dropped (None: for ever).
+    pub fn leg_timeout(&self) -> Option<std::time::Duration> {
+        match self.leg_timeout_ms.load(Ordering::Relaxed) {
+            0 => None,
+            ms => Some(std::time::Duration::from_millis(ms)),
+        }
+    }
+
+    pub fn set_leg_timeout(&self, t: std::time::Duration) {
+        let ms = u64::try_from(t.as_millis()).unwrap_or(u64::MAX);
+        // A timeout below a millisecond is a millisecond (0 stays "none").
+        let ms = if t.is_zero() { 0 } else { ms.max(1) };
+        self.leg_timeout_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Runs `op` on `leg` within `leg_timeout`: on its worker, waiting until the deadline
+    /// (on this thread, as before, without one). A leg that has not answered by then is
+    /// dropped (the last in-sync leg never is), and the caller gets ETIMEDOUT: a read is then
+    /// asked of another leg. See `deadline.rs`.
+    pub fn timed<T: Send + 'static>(
+        &self,
+        leg: LegIdx,
+        what: &str,
+        op: deadline::OwnedOp<T>,
+    ) -> Result<T> {
+        let Some(timeout) = self.leg_timeout() else {
+            return op();
+        };
+        let (job, pending) = deadline::prepare(op, self.legs[leg].abandoned.clone());
+        if let Err(job) = self.workers.submit(leg, job) {
+            job();
+        }
+        match pending.wait(deadline::deadline(Some(timeout))) {
+            Some(r) => r,
+            None => {
+                self.timed_out(leg, what, timeout);
+                Err(Errno::ETIMEDOUT)
+            }
+        }
+    }
+
+    /// As [`fan_out_file`](Self::fan_out_file), within `leg_timeout` (see
+    /// [`timed`](Self::timed)): `make(leg)` gives each leg's part, owning what it touches, on
+    /// this thread. A leg whose part is not done by the deadline is dropped, and the change
+    /// stands on the others.
+    pub fn fan_out_owned<T, F>(
+        &self,
+        legs: &[LegIdx],
+        what: &str,
+        file: Option<u64>,
+        make: F,
+    ) -> Result<Vec<(LegIdx, T)>>
+    where
+        T: Send + 'static,
+        F: Fn(LegIdx) -> Result<deadline::OwnedOp<T>> + Sync,
+    {
+        let Some(timeout) = self.leg_timeout() else {
+            return self.fan_out_file(legs, what, file, |leg| make(leg)?());
+        };
+        let kept: Vec<LegIdx> = legs
+            .iter()
+            .copied()
+            .filter(|&l| self.legs[l].state() != crate::leg::LegState::Failed)
+            .collect();
+        if kept.is_empty() && !legs.is_empty() {
+            return Err(Errno::EIO);
+        }
+        let until = deadline::deadline(Some(timeout));
+        let mut results: Vec<(LegIdx, Result<T>)> = Vec::with_capacity(kept.len());
+        let mut pending = Vec::with_capacity(kept.len());
+        for &leg in &kept {
+            let guard = InflightGuard::new(&self.legs[leg]);
+            match self
+                .faults
+                .check_file(leg, what, file)
+                .and_then(|()| make(leg))
+            {
+                Err(e) => results.push((leg, Err(e))),
+                Ok(op) => {
+                    let (job, p) = deadline::prepare(op, self.legs[leg].abandoned.clone());
+                    if let Err(job) = self.workers.submit(leg, job) {
+                        job();
+                    }
+                    pending.push((leg, p, guard));
+                }
+            }
+        }
+        for (leg, p, _guard) in pending {
+            let r = p.wait(until).unwrap_or_else(|| {
+                self.timed_out(leg, what, timeout);
+                Err(Errno::ETIMEDOUT)
+            });
+            results.push((leg, r));
+        }
+        results.sort_by_key(|(l, _)| kept.iter().position(|k| k == l));
+        let out = reconcile(results);
+        for (leg, why) in out.drop {
+            if matches!(why, DropReason::LegFault(_)) {
+                self.legs[leg]
+                    .counters
+                    .write_errors
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            self.mark_failed(leg, what, why);
+        }
+        out.answer
+    }
+
+    /// `leg` did not answer `what` within `timeout`: it is dropped (unless it is the last).
+    fn timed_out(&self, leg: LegIdx, what: &str, timeout: std::time::Duration) {
+        log::error!(
+            "leg {leg} ('{}'): {what} not answered in {} s (leg_timeout)",
+            self.legs[leg].path().display(),
+            timeout.as_secs_f64()
+        );
+        self.legs[leg]
+            .counters
+            .timeouts
+            .fetch_add(1, Ordering::Relaxed);
+        self.mark_failed(leg, what, DropReason::LegFault(Errno::ETIMEDOUT));
     }
 
     /// The legs that take part in operations now, in leg order.

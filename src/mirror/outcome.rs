@@ -12,7 +12,13 @@ use crate::leg::LegIdx;
 pub fn is_leg_fault(e: Errno) -> bool {
     matches!(
         e.0,
-        libc::EIO | libc::EROFS | libc::ENODEV | libc::ENXIO | libc::ESTALE | libc::ENOTCONN
+        libc::EIO
+            | libc::EROFS
+            | libc::ENODEV
+            | libc::ENXIO
+            | libc::ESTALE
+            | libc::ENOTCONN
+            | libc::ETIMEDOUT
     )
 }
 

@@ -289,7 +289,8 @@ impl Recovery {
     }
 
     /// Starts resyncing `target` in the background (incremental when its away log is there
-    /// and `full` is false). EBUSY while another resync runs; EEXIST if it is in sync; EINVAL
+    /// and `full` is false). EBUSY while another resync runs, or while operations given up on
+    /// after `leg_timeout` still run on the leg; EEXIST if it is in sync; EINVAL
     /// for a removed leg, or a directory that holds another member's or anyone's data.
     pub fn start_resync(self: &Arc<Self>, target: LegIdx, full: bool) -> Outcome<()> {
         let mut slot = self.resync.lock();
@@ -316,6 +317,17 @@ impl Recovery {
                 )
             }
             LegState::Stale | LegState::Failed | LegState::Missing => {}
+        }
+        // A write given up on after `leg_timeout` may still land on the leg: after the resync
+        // copied its range, it would make the leg differ unseen.
+        let abandoned = leg.abandoned.load(std::sync::atomic::Ordering::Acquire);
+        if abandoned > 0 {
+            return refuse(
+                Errno::EBUSY,
+                format!(
+                    "'{name}' has not yet answered {abandoned} operation(s) given up on after                      leg_timeout: try again once it answers (see the leg's `abandoned` in the stats)"
+                ),
+            );
         }
         let Some(id) = self.mirror.leg_id(target) else {
             return refuse(
