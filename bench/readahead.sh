@@ -28,7 +28,15 @@ models() { # $1 = how many: mounts the disk models on $W/m0.. over $W/s0..
     for _ in $(seq 50); do mountpoint -q "$W/m$i" && break; sleep 0.1; done
   done
 }
-unmodel() { for d in "$W"/m[0-9]*; do umount "$d" 2>/dev/null || true; done; sleep 0.3; rm -rf "$W"/s[0-9]* "$W"/m[0-9]*; }
+unmodel() { # unmounts the models, waiting until each is gone, and removes their directories
+  for d in "$W"/m[0-9]*; do
+    for _ in $(seq 100); do
+      mountpoint -q "$d" || break
+      umount "$d" 2>/dev/null || sleep 0.1
+    done
+  done
+  rm -rf "$W"/s[0-9]* "$W"/m[0-9]*
+}
 
 one_reader() { # $1 = file: MB/s
   local t0 t1
@@ -73,3 +81,28 @@ for legs in 2 3; do
     unmodel
   done
 done
+
+# Every policy on three disks (issue 13, item 5): one mount, the file written once, the policy
+# set live before each pair of runs. readahead=0 for all but `auto + read-ahead`, so that each
+# row is the policy's own routing.
+echo
+echo "three disks, every policy"
+models 3
+list=$(for ((i = 0; i < 3; i++)); do printf "%s=rot:" "$W/m$i"; done); list=${list%:}
+mkdir -p "$W/mnt"
+"$B" "$list" "$W/mnt" -o readahead=0
+fill "$W/mnt/f"
+for p in first pid round-robin nonrot queue latency md auto "auto + read-ahead"; do
+  case $p in
+    "auto + read-ahead") "$B" set "$W/mnt" read_policy auto; "$B" set "$W/mnt" readahead 128M ;;
+    *) "$B" set "$W/mnt" read_policy "$p" ;;
+  esac
+  echo 3 > /proc/sys/vm/drop_caches
+  r1=$(one_reader "$W/mnt/f")
+  echo 3 > /proc/sys/vm/drop_caches
+  r4=$(four_readers "$W/mnt/f")
+  row "3 disks, $p, 1 reader" "$r1"
+  row "3 disks, $p, 4 readers" "$r4"
+done
+umount "$W/mnt"; sleep 0.5
+unmodel
