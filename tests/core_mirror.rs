@@ -689,6 +689,13 @@ fn quiet_pair(l: &Legs, c: &Caller) -> MirrorFs {
     fs
 }
 
+/// Looks up `d` and `d/f` (fresh inodes after [`quiet_pair`]).
+fn look_up_d_f(fs: &MirrorFs, c: &Caller) -> (Entry, Entry) {
+    let d = fs.lookup(ROOT_INO, OsStr::new("d"), c).unwrap();
+    let f = fs.lookup(d.attr.ino.0, OsStr::new("f"), c).unwrap();
+    (d, f)
+}
+
 #[test]
 fn lookups_and_reads_leave_a_quiet_leg_alone_and_changes_find_it() {
     let l = legs(2);
@@ -698,8 +705,7 @@ fn lookups_and_reads_leave_a_quiet_leg_alone_and_changes_find_it() {
     for op in ["lookup", "getattr", "readdir", "read", "open"] {
         fail(&fs, 1, op, Errno::EIO, None);
     }
-    let d = fs.lookup(ROOT_INO, OsStr::new("d"), &c).unwrap();
-    let f = fs.lookup(d.attr.ino.0, OsStr::new("f"), &c).unwrap();
+    let (d, f) = look_up_d_f(&fs, &c);
     fs.getattr(f.attr.ino.0).unwrap();
     let fh = fs.open(f.attr.ino.0, libc::O_RDONLY, &c).unwrap();
     assert_eq!(fs.read(fh, 0, 10, 1).unwrap().as_slice(), b"old");
@@ -727,8 +733,7 @@ fn a_quiet_leg_that_lacks_what_a_change_needs_is_dropped() {
     let l = legs(2);
     let c = me();
     let fs = quiet_pair(&l, &c);
-    let d = fs.lookup(ROOT_INO, OsStr::new("d"), &c).unwrap();
-    let f = fs.lookup(d.attr.ino.0, OsStr::new("f"), &c).unwrap();
+    let (_, f) = look_up_d_f(&fs, &c);
     // Behind the mirror's back, leg 1 loses the file: lookups never notice (they leave the
     // leg alone), the first change does, and the leg is let go of rather than left behind.
     std::fs::remove_file(l.paths[1].join("d/f")).unwrap();
@@ -744,8 +749,7 @@ fn when_the_other_leg_fails_the_quiet_leg_serves_what_the_kernel_holds() {
     let l = legs(2);
     let c = me();
     let fs = quiet_pair(&l, &c);
-    let d = fs.lookup(ROOT_INO, OsStr::new("d"), &c).unwrap();
-    let f = fs.lookup(d.attr.ino.0, OsStr::new("f"), &c).unwrap();
+    let (d, f) = look_up_d_f(&fs, &c);
     fail(&fs, 0, "mkdir", Errno::EIO, None);
     fs.mkdir(ROOT_INO, OsStr::new("x"), 0o755, &c).unwrap();
     assert_eq!(fs.mirror().in_sync_legs(), vec![1]);

@@ -239,10 +239,7 @@ impl Mirror {
         let Some(timeout) = self.leg_timeout() else {
             return op().ok();
         };
-        let (job, pending) = deadline::prepare(op, self.legs[l].abandoned.clone());
-        if let Err(job) = self.workers.submit(l, job) {
-            job();
-        }
+        let pending = self.hand_over(l, op);
         pending.wait(deadline::deadline(Some(timeout)))?.ok()
     }
 
@@ -275,10 +272,7 @@ impl Mirror {
         let Some(timeout) = self.leg_timeout() else {
             return op();
         };
-        let (job, pending) = deadline::prepare(op, self.legs[leg].abandoned.clone());
-        if let Err(job) = self.workers.submit(leg, job) {
-            job();
-        }
+        let pending = self.hand_over(leg, op);
         match pending.wait(deadline::deadline(Some(timeout))) {
             Some(r) => r,
             None => {
@@ -306,14 +300,7 @@ impl Mirror {
         let Some(timeout) = self.leg_timeout() else {
             return self.fan_out_file(legs, what, file, |leg| make(leg)?());
         };
-        let kept: Vec<LegIdx> = legs
-            .iter()
-            .copied()
-            .filter(|&l| self.legs[l].state() != crate::leg::LegState::Failed)
-            .collect();
-        if kept.is_empty() && !legs.is_empty() {
-            return Err(Errno::EIO);
-        }
+        let kept = self.not_failed(legs)?;
         let until = deadline::deadline(Some(timeout));
         let mut results: Vec<(LegIdx, Result<T>)> = Vec::with_capacity(kept.len());
         let mut pending = Vec::with_capacity(kept.len());
@@ -326,11 +313,7 @@ impl Mirror {
             {
                 Err(e) => results.push((leg, Err(e))),
                 Ok(op) => {
-                    let (job, p) = deadline::prepare(op, self.legs[leg].abandoned.clone());
-                    if let Err(job) = self.workers.submit(leg, job) {
-                        job();
-                    }
-                    pending.push((leg, p, guard));
+                    pending.push((leg, self.hand_over(leg, op), guard));
                 }
             }
         }
@@ -342,17 +325,34 @@ impl Mirror {
             results.push((leg, r));
         }
         results.sort_by_key(|(l, _)| kept.iter().position(|k| k == l));
-        let out = reconcile(results);
-        for (leg, why) in out.drop {
-            if matches!(why, DropReason::LegFault(_)) {
-                self.legs[leg]
-                    .counters
-                    .write_errors
-                    .fetch_add(1, Ordering::Relaxed);
-            }
-            self.mark_failed(leg, what, why);
+        self.settle(what, results)
+    }
+
+    /// Of `legs`, those not dropped since the caller chose them (its intent record failed,
+    /// say): they get no part of the change. EIO if none is left.
+    fn not_failed(&self, legs: &[LegIdx]) -> Result<Vec<LegIdx>> {
+        let kept: Vec<LegIdx> = legs
+            .iter()
+            .copied()
+            .filter(|&l| self.legs[l].state() != crate::leg::LegState::Failed)
+            .collect();
+        if kept.is_empty() && !legs.is_empty() {
+            return Err(Errno::EIO);
         }
-        out.answer
+        Ok(kept)
+    }
+
+    /// Hands `op` to one of `leg`'s workers (runs it here if there is none).
+    fn hand_over<T: Send + 'static>(
+        &self,
+        leg: LegIdx,
+        op: deadline::OwnedOp<T>,
+    ) -> deadline::Pending<T> {
+        let (job, pending) = deadline::prepare(op, self.legs[leg].abandoned.clone());
+        if let Err(job) = self.workers.submit(leg, job) {
+            job();
+        }
+        pending
     }
 
     /// `leg` did not answer `what` within `timeout`: it is dropped (unless it is the last).
@@ -449,22 +449,21 @@ impl Mirror {
         T: Send + 'static,
         F: Fn(LegIdx) -> Result<T> + Sync,
     {
-        // A leg dropped since the caller chose its legs (its intent record failed, say) gets
-        // no part of the change.
-        let kept: Vec<LegIdx> = legs
-            .iter()
-            .copied()
-            .filter(|&l| self.legs[l].state() != crate::leg::LegState::Failed)
-            .collect();
-        if kept.is_empty() && !legs.is_empty() {
-            return Err(Errno::EIO);
-        }
+        let kept = self.not_failed(legs)?;
         let slot = fanout::OpCosts::slot(what);
-        let out = reconcile(self.workers.run_costed(&self.op_costs, slot, &kept, |leg| {
+        let results = self.workers.run_costed(&self.op_costs, slot, &kept, |leg| {
             let _inflight = InflightGuard::new(&self.legs[leg]);
             self.faults.check_file(leg, what, file)?;
             op(leg)
-        }));
+        });
+        self.settle(what, results)
+    }
+
+    /// Reconciles the legs' answers to `what`, drops the legs that failed or disagreed (a
+    /// leg fault counts as a write error), and returns the successful legs' values (or the
+    /// caller's error).
+    fn settle<T>(&self, what: &str, results: Vec<(LegIdx, Result<T>)>) -> Result<Vec<(LegIdx, T)>> {
+        let out = reconcile(results);
         for (leg, why) in out.drop {
             if matches!(why, DropReason::LegFault(_)) {
                 self.legs[leg]
