@@ -158,7 +158,7 @@ impl Inode {
     pub fn fd(self: &Arc<Self>, leg: LegIdx) -> Result<Arc<OwnedFd>> {
         match self.objects.get(leg).and_then(|o| o.read().clone()) {
             Some(obj) => self.object_fd(&obj, leg),
-            None if self.is_lazy(leg) => self.resolve(leg),
+            None if self.lazy_on(leg) => self.resolve(leg),
             None => Err(Errno::EIO),
         }
     }
@@ -174,7 +174,8 @@ impl Inode {
         self.object_fd(&obj, leg)
     }
 
-    fn is_lazy(&self, leg: LegIdx) -> bool {
+    /// Whether this object is still to be looked for on `leg`.
+    pub fn lazy_on(&self, leg: LegIdx) -> bool {
         leg < 64 && self.lazy.load(Ordering::Acquire) & (1 << leg) != 0
     }
 
@@ -182,11 +183,6 @@ impl Inode {
         if leg < 64 {
             self.lazy.fetch_and(!(1 << leg), Ordering::AcqRel);
         }
-    }
-
-    /// Whether this object is still to be looked for on `leg`.
-    pub fn lazy_on(&self, leg: LegIdx) -> bool {
-        self.is_lazy(leg)
     }
 
     /// Finds this object on the lazy leg `leg` with the cache's resolver and keeps it. None
@@ -197,7 +193,7 @@ impl Inode {
         if let Some(obj) = self.objects[leg].read().clone() {
             return self.object_fd(&obj, leg);
         }
-        if !self.is_lazy(leg) {
+        if !self.lazy_on(leg) {
             return Err(Errno::EIO);
         }
         let resolver = self.cache.resolver.get().ok_or(Errno::EIO)?;
@@ -243,7 +239,7 @@ impl Inode {
 
     /// Whether this object has its copy on `leg` (attached, or still to be looked for there).
     pub fn has_leg(&self, leg: LegIdx) -> bool {
-        self.objects.get(leg).is_some_and(|o| o.read().is_some()) || self.is_lazy(leg)
+        self.objects.get(leg).is_some_and(|o| o.read().is_some()) || self.lazy_on(leg)
     }
 
     pub fn is_symlink(&self) -> bool {

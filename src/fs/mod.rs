@@ -536,17 +536,27 @@ fn agree<T: PartialEq + Copy + std::fmt::Debug>(
 /// `None` when it has none (deleted while open).
 fn relpath(mirror: &Mirror, inode: &InodeRef) -> Option<Vec<u8>> {
     let leg = mirror.metadata_leg();
-    let p = sys::fd::path_of(inode.fd(leg).ok()?.as_fd()).ok()?;
+    path_on(mirror, leg, inode.fd(leg).ok()?.as_fd())?
+}
+
+/// The path of the object whose descriptor on `leg` is `fd`, relative to the legs' root (`.`
+/// for the root), as the kernel remembers it: `Some(None)` when the name it was found by is
+/// gone (deleted while open); None if it cannot be read or is not under the leg.
+fn path_on(
+    mirror: &Mirror,
+    leg: LegIdx,
+    fd: std::os::fd::BorrowedFd<'_>,
+) -> Option<Option<Vec<u8>>> {
+    let p = sys::fd::path_of(fd).ok()?;
     let rel = p.strip_prefix(mirror.leg(leg).path()).ok()?;
     let bytes = rel.as_os_str().as_bytes();
     if bytes.ends_with(b" (deleted)") {
-        return None;
+        return Some(None);
     }
-    Some(if bytes.is_empty() {
-        b".".to_vec()
-    } else {
-        bytes.to_vec()
-    })
+    Some(Some(match bytes.is_empty() {
+        true => b".".to_vec(),
+        false => bytes.to_vec(),
+    }))
 }
 
 /// Shared by the submodules: the inode, as an `Arc`.

@@ -16,7 +16,6 @@ use crate::leg::LegIdx;
 use crate::mirror::Mirror;
 use crate::sys;
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -144,12 +143,10 @@ fn path_elsewhere(mirror: &Mirror, inode: &Arc<Inode>, not: LegIdx) -> Result<Op
         let Ok(fd) = inode.found_fd(l) else {
             continue;
         };
-        let p = sys::fd::path_of(fd.as_fd())?;
-        let Ok(rel) = p.strip_prefix(mirror.leg(l).path()) else {
+        let Some(path) = super::path_on(mirror, l, fd.as_fd()) else {
             continue;
         };
-        let bytes = rel.as_os_str().as_bytes();
-        if bytes.ends_with(b" (deleted)") {
+        if path.is_none() {
             // The name this descriptor was found by is gone. With no name left, neither is
             // the file's; with another (a hard link), which one is not known here: the leg
             // is let go of and resynced, rather than left without the changes.
@@ -164,10 +161,7 @@ fn path_elsewhere(mirror: &Mirror, inode: &Arc<Inode>, not: LegIdx) -> Result<Op
                 }
             };
         }
-        return Ok(Some(match bytes.is_empty() {
-            true => b".".to_vec(),
-            false => bytes.to_vec(),
-        }));
+        return Ok(path);
     }
     Err(Errno::EIO)
 }
