@@ -436,24 +436,33 @@ impl MirrorFs {
                 let ino = h.inode.ino;
                 let mirror = self.mirror.clone();
                 let sums = sums.clone();
-                // One descriptor per leg for the plan's life (each open of a remote or
-                // modelled leg is a round trip of its own).
-                let fds: parking_lot::Mutex<Vec<Option<Arc<OwnedFd>>>> =
-                    parking_lot::Mutex::new(vec![None; mirror.legs().len()]);
+                // Per leg, for the plan's life (each open of a remote or modelled leg is a
+                // round trip of its own): a descriptor opened with O_DIRECT where the leg
+                // allows it, and a buffered one. Aligned chunks (all but a file's unaligned
+                // tail) go direct: the leg's page cache would only hold a second copy of
+                // what the reader is given, and a buffered read of a FUSE leg (a remote or
+                // modelled one) is cut into the kernel's read-ahead requests.
+                type Fds = Vec<[Option<Arc<OwnedFd>>; 2]>;
+                let fds: parking_lot::Mutex<Fds> =
+                    parking_lot::Mutex::new(vec![[None, None]; mirror.legs().len()]);
                 Arc::new(move |leg, offset, buf: &mut [u8]| {
                     let len = buf.len() as u32;
                     mirror.read_ahead_fetch(leg, ino, offset, len, || {
-                        let cached = fds.lock().get(leg).cloned().flatten();
+                        let direct = sys::aligned::is_aligned(buf, offset);
+                        let cached = fds.lock().get(leg).and_then(|f| f[direct as usize].clone());
                         let fd = match cached {
                             Some(fd) => fd,
                             None => {
                                 let inode = inode.upgrade().ok_or(Errno::EIO)?;
-                                let fd = Arc::new(sys::fd::reopen(
-                                    inode.fd(leg)?.as_fd(),
-                                    libc::O_RDONLY,
-                                )?);
+                                let on_leg = inode.fd(leg)?;
+                                let flags =
+                                    libc::O_RDONLY | if direct { libc::O_DIRECT } else { 0 };
+                                let (fd, _) = open_maybe_direct(flags, |f| {
+                                    sys::fd::reopen(on_leg.as_fd(), f)
+                                })?;
+                                let fd = Arc::new(fd);
                                 if let Some(slot) = fds.lock().get_mut(leg) {
-                                    *slot = Some(fd.clone());
+                                    slot[direct as usize] = Some(fd.clone());
                                 }
                                 fd
                             }

@@ -22,6 +22,7 @@ use crate::errno::Result;
 use crate::leg::LegIdx;
 use crate::policy::extents::{self, Extents, CHUNK, EXTENT};
 use crate::policy::{LegView, ReadRequest};
+use crate::sys::aligned::AlignedBuf;
 use crossbeam_channel::{unbounded, Sender};
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -194,10 +195,11 @@ impl Stream {
 
     fn fetch_extent(&self, leg: LegIdx, index: u64, start: u64, len: u64) {
         let mut done = 0u64;
-        let mut chunk = vec![0u8; CHUNK as usize];
+        // Aligned, so that the fetch may read the leg with O_DIRECT.
+        let mut chunk = AlignedBuf::new(CHUNK as usize);
         while done < len {
             let want = CHUNK.min(len - done) as usize;
-            let r = (self.fetch)(leg, start + done, &mut chunk[..want]);
+            let r = (self.fetch)(leg, start + done, &mut chunk.as_mut_slice()[..want]);
             let mut st = self.st.lock();
             let Some(b) = st.bufs.iter_mut().find(|b| b.index == index) else {
                 // Released (the reader passed it) or dropped (the file changed).
@@ -205,7 +207,7 @@ impl Stream {
             };
             match r {
                 Ok(n) => {
-                    b.data.extend_from_slice(&chunk[..n]);
+                    b.data.extend_from_slice(&chunk.as_slice()[..n]);
                     done += n as u64;
                     self.counters.fetched.fetch_add(n as u64, Ordering::Relaxed);
                     if n < want {
@@ -484,6 +486,10 @@ mod tests {
     /// are logged (leg, offset).
     fn file(size: u64, log: Arc<Mutex<Vec<(LegIdx, u64)>>>) -> FetchFn {
         Arc::new(move |leg, offset, buf: &mut [u8]| {
+            // Every chunk may be read with O_DIRECT.
+            assert!(
+                crate::sys::aligned::is_aligned(buf, offset) || !buf.len().is_multiple_of(4096)
+            );
             log.lock().push((leg, offset));
             let n = (size.saturating_sub(offset) as usize).min(buf.len());
             for (i, b) in buf[..n].iter_mut().enumerate() {

@@ -5,6 +5,15 @@ use std::alloc::{alloc_zeroed, dealloc, Layout};
 /// Alignment that satisfies `O_DIRECT` on every block device we meet (logical block <= 4 KiB).
 pub const DIRECT_IO_ALIGN: usize = 4096;
 
+/// Whether a read of `buf` at `offset` meets `O_DIRECT`'s alignment: the buffer's address,
+/// its length and the offset, each a multiple of [`DIRECT_IO_ALIGN`].
+pub fn is_aligned(buf: &[u8], offset: u64) -> bool {
+    let a = DIRECT_IO_ALIGN;
+    (buf.as_ptr() as usize).is_multiple_of(a)
+        && buf.len().is_multiple_of(a)
+        && offset.is_multiple_of(a as u64)
+}
+
 /// A zeroed heap buffer whose start is aligned to [`DIRECT_IO_ALIGN`].
 pub struct AlignedBuf {
     ptr: *mut u8,
@@ -67,5 +76,15 @@ mod tests {
         b.as_mut_slice()[9_999] = 7;
         let c = AlignedBuf::copy_of(b.as_slice());
         assert_eq!(c.as_slice()[9_999], 7);
+    }
+
+    #[test]
+    fn alignment_for_o_direct() {
+        let mut b = AlignedBuf::new(3 * DIRECT_IO_ALIGN);
+        let s = b.as_mut_slice();
+        assert!(is_aligned(&s[..2 * DIRECT_IO_ALIGN], 8192));
+        assert!(!is_aligned(&s[..2 * DIRECT_IO_ALIGN], 100));
+        assert!(!is_aligned(&s[..100], 8192));
+        assert!(!is_aligned(&s[1..1 + DIRECT_IO_ALIGN], 0));
     }
 }
