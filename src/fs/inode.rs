@@ -23,9 +23,10 @@ use crate::leg::LegIdx;
 use crate::sys;
 use crate::sys::fd::FileHandle;
 use parking_lot::{Mutex, RwLock};
+use smallvec::SmallVec;
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 /// The root's inode number (FUSE's `FUSE_ROOT_ID`).
@@ -37,6 +38,8 @@ pub const CONTROL_INO: u64 = 2;
 /// Most inode numbers kept for objects that are not live (forgotten by the kernel, or only
 /// named by a listing), with their identities: a few hundred bytes each with two legs.
 pub const REMEMBERED: usize = 1 << 16;
+/// Inodes forgotten between two tidyings of memory ([`InodeTable::tidy`]).
+const TIDY_EVERY: usize = 8192;
 
 /// One object of the mirror.
 pub struct Inode {
@@ -381,6 +384,22 @@ impl FdCache {
         }
     }
 
+    /// Drops the entries of dead inodes from the eviction order: a `Weak` keeps its inode's
+    /// memory allocated (not its descriptors) until it goes.
+    fn prune(&self) {
+        let mut order = self.order.lock();
+        order.retain(|(w, _)| w.strong_count() > 0);
+        if order.capacity() > 2 * order.len() + 1024 {
+            order.shrink_to_fit();
+        }
+    }
+
+    /// Entries in the eviction order (tests).
+    #[cfg(test)]
+    fn queued(&self) -> usize {
+        self.order.lock().len()
+    }
+
     fn closed(&self, n: usize) {
         if n > 0 {
             self.open.fetch_sub(n, Ordering::AcqRel);
@@ -413,8 +432,11 @@ struct Entry {
 /// What the table knows of one inode number.
 struct Known {
     /// The identities that map to it (the reverse of `identity`), so that a number handed to
-    /// a new object first drops every identity of the dead one it replaces.
-    ids: Vec<Identity>,
+    /// a new object first drops every identity of the dead one it replaces. Inline up to two
+    /// legs: a remembered number is one of the few things that outlive an inode, and a heap
+    /// block of its own for each would stay scattered among the freed inodes, keeping their
+    /// memory pages from being given back.
+    ids: SmallVec<[Identity; 2]>,
     /// While the number is not live: the stamp of its entry in `Inner::idle_order`; 0 while
     /// it is live.
     idle_stamp: u64,
@@ -438,6 +460,8 @@ struct Inner {
     remembered: usize,
     next_stamp: u64,
     next_ino: u64,
+    /// Inodes forgotten since memory was last tidied ([`InodeTable::tidy`]).
+    forgotten: usize,
 }
 
 impl Inner {
@@ -458,7 +482,7 @@ impl Inner {
         self.known.insert(
             ino,
             Known {
-                ids: Vec::with_capacity(ids.len()),
+                ids: SmallVec::new(),
                 idle_stamp,
             },
         );
@@ -596,6 +620,7 @@ impl InodeTable {
             remembered: remembered.max(1),
             next_stamp: 0,
             next_ino: CONTROL_INO + 1,
+            forgotten: 0,
         };
         inner.bind(ROOT_INO, root_ids);
         inner.live.insert(
@@ -765,11 +790,44 @@ impl InodeTable {
             return;
         }
         let mut inner = self.inner.lock();
+        let mut tidy = false;
         if let Some(e) = inner.live.get_mut(&ino) {
             e.lookups = e.lookups.saturating_sub(n);
             if e.lookups == 0 {
                 inner.live.remove(&ino);
                 inner.set_idle(ino);
+                inner.forgotten += 1;
+                tidy = inner.forgotten >= TIDY_EVERY;
+            }
+        }
+        if tidy {
+            inner.forgotten = 0;
+            let live = inner.live.len();
+            if inner.live.capacity() > 4 * live + 1024 {
+                inner.live.shrink_to(2 * live);
+            }
+            drop(inner);
+            self.tidy();
+        }
+    }
+
+    /// After many inodes were forgotten (the kernel let go of a large tree): lets go of the
+    /// fd cache's references to dead inodes (each keeps the dead inode's memory allocated),
+    /// then has the allocator give the freed memory back, on a thread of its own. Without
+    /// this, the daemon's resident memory stays at its peak after the kernel forgot every
+    /// inode: free, but in pages that also hold a few live blocks, or that glibc keeps.
+    fn tidy(&self) {
+        self.cache.prune();
+        static GIVING_BACK: AtomicBool = AtomicBool::new(false);
+        if !GIVING_BACK.swap(true, Ordering::AcqRel) {
+            let spawned = std::thread::Builder::new()
+                .name("mirrorfs-trim".into())
+                .spawn(|| {
+                    sys::host::give_back_free_memory();
+                    GIVING_BACK.store(false, Ordering::Release);
+                });
+            if spawned.is_err() {
+                GIVING_BACK.store(false, Ordering::Release);
             }
         }
     }
@@ -909,6 +967,47 @@ mod tests {
 
     fn id(leg: usize, ino: u64) -> Identity {
         Identity { leg, dev: 1, ino }
+    }
+
+    #[test]
+    fn tidying_lets_go_of_forgotten_inodes() {
+        // A real leg (a temporary directory), so that descriptors are reopenable by handle
+        // and queued for eviction (root, for open_by_handle_at).
+        let dir = std::env::temp_dir().join(format!("mirrorfs-tidy-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let root = sys::fd::open_root(&dir).unwrap();
+        let root_st = sys::fd::fstat(root.as_fd()).unwrap();
+        let leg_id = |ino| Identity {
+            leg: 0,
+            dev: root_st.st_dev,
+            ino,
+        };
+        let t = InodeTable::new(vec![Some(root)], &[leg_id(root_st.st_ino)], 1000);
+        if t.cache.mount_fds[0].read().is_none() {
+            std::fs::remove_dir_all(&dir).unwrap();
+            panic!("file handles are not usable here (this test needs root)");
+        }
+        let mut inos = Vec::new();
+        for n in 0..50 {
+            let name = std::ffi::CString::new(format!("f{n}")).unwrap();
+            std::fs::write(dir.join(format!("f{n}")), b"x").unwrap();
+            let root = t.get(ROOT_INO).unwrap().fd(0).unwrap();
+            let fd = sys::fd::open_path_at(root.as_fd(), &name).unwrap();
+            let st = sys::fd::fstat(fd.as_fd()).unwrap();
+            inos.push(
+                t.claim(&[leg_id(st.st_ino)], vec![Some(fd)], libc::S_IFREG, 0)
+                    .ino,
+            );
+        }
+        assert_eq!(t.cache.queued(), 50);
+        for ino in inos {
+            t.forget(ino, 1);
+        }
+        // Each queued entry still holds its dead inode's memory, until tidied.
+        assert_eq!(t.cache.queued(), 50);
+        t.tidy();
+        assert_eq!(t.cache.queued(), 0);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
