@@ -576,6 +576,13 @@ impl Inner {
     }
 }
 
+/// Gives back most of a map's room once it holds under a quarter of it.
+fn shrink<K: Eq + std::hash::Hash, V>(m: &mut HashMap<K, V>) {
+    if m.capacity() > 4 * m.len() + 1024 {
+        m.shrink_to(2 * m.len());
+    }
+}
+
 /// All inodes the kernel currently knows.
 pub struct InodeTable {
     inner: Mutex<Inner>,
@@ -802,10 +809,11 @@ impl InodeTable {
         }
         if tidy {
             inner.forgotten = 0;
-            let live = inner.live.len();
-            if inner.live.capacity() > 4 * live + 1024 {
-                inner.live.shrink_to(2 * live);
-            }
+            // The maps keep the room of their largest size: give it back once they are far
+            // smaller (the kernel forgot a large tree, and the remembered numbers are capped).
+            shrink(&mut inner.live);
+            shrink(&mut inner.identity);
+            shrink(&mut inner.known);
             drop(inner);
             self.tidy();
         }
