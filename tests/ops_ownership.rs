@@ -18,6 +18,8 @@ access_test!(
     nonroot_cannot_read_root_0600,
     chown_clears_setuid,
     nonowner_write_clears_setuid,
+    nonowner_changes_clear_setuid,
+    owner_chgrp_outside_the_group_clears_setgid,
 );
 
 fn everywhere(m: &Mounted, rel: &str) -> Vec<(String, PathBuf)> {
@@ -293,6 +295,79 @@ fn nonowner_write_clears_setuid(n: usize, opts: &[&str]) {
     run(&m.path("w"));
     assert_node(&m, "w", 0, 0, Some(want));
     assert_content_on_legs(m.legs(), "w", b"#!/bin/sh\nmore\n");
+    m.finish();
+}
+
+/// Every change a user without CAP_FSETID makes to a setuid/setgid file's data drops the
+/// bits, as on ext4: truncate, O_DIRECT write, fallocate, and a write to a file whose setgid
+/// marks mandatory locking (no group execute), which keeps it for a group member only.
+fn nonowner_changes_clear_setuid(n: usize, opts: &[&str]) {
+    require_fuse!();
+    let m = TestMirror::new(n).options(opts).mount();
+    let cases: [(&str, u32, &str); 5] = [
+        ("truncate", 0o6777, "truncate -s 3 F"),
+        (
+            "odirect",
+            0o4777,
+            "dd if=/dev/zero of=F bs=4096 count=1 oflag=direct conv=notrunc status=none",
+        ),
+        ("fallocate", 0o6777, "fallocate -l 65536 F"),
+        ("lockmark", 0o2767, "echo more >> F"),
+        ("plain", 0o0777, "echo more >> F"),
+    ];
+    for (name, mode, script) in cases {
+        let run = |p: &Path| {
+            fs::write(p, vec![b'x'; 8192]).unwrap();
+            chmod(p, mode).unwrap();
+            sh_as_ok(NOBODY, NOGROUP, 0o022, &script.replace('F', &shq(p)));
+        };
+        let want = reference_mode(m.root(), name, run);
+        assert_eq!(
+            want & 0o6000,
+            0,
+            "reference: {name} dropped the bits on ext4 ({want:o})"
+        );
+        run(&m.path(name));
+        assert_node(&m, name, 0, 0, Some(want));
+    }
+    m.finish();
+}
+
+/// An owner who moves a file to their own group from one they are not in loses its setgid
+/// bit even without group execute (the kernel's `in_group_or_capable` rule), and setuid with
+/// it; root's chgrp keeps that setgid.
+fn owner_chgrp_outside_the_group_clears_setgid(n: usize, opts: &[&str]) {
+    require_fuse!();
+    let m = TestMirror::new(n).options(opts).mount();
+    for (name, mode, by_root) in [
+        ("lockmark", 0o2745, false),
+        ("both", 0o6745, false),
+        ("lockmark_root", 0o2745, true),
+    ] {
+        let run = |p: &Path| {
+            fs::write(p, b"x").unwrap();
+            chown(p, NOBODY, 0).unwrap();
+            chmod(p, mode).unwrap();
+            match by_root {
+                true => chown(p, u32::MAX, NOGROUP).unwrap(),
+                false => {
+                    sh_as_ok(
+                        NOBODY,
+                        NOGROUP,
+                        0o022,
+                        &format!("chgrp {NOGROUP} {}", shq(p)),
+                    );
+                }
+            }
+        };
+        let want = reference_mode(m.root(), name, run);
+        run(&m.path(name));
+        assert_node(&m, name, NOBODY, NOGROUP, Some(want));
+    }
+    let st = lstat_ok(m.root().join("reference/lockmark"));
+    assert_eq!(st.st_mode & 0o7777, 0o745, "reference: ext4 drops it");
+    let st = lstat_ok(m.root().join("reference/lockmark_root"));
+    assert_eq!(st.st_mode & 0o7777, 0o2745, "reference: root keeps it");
     m.finish();
 }
 

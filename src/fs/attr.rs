@@ -58,3 +58,44 @@ pub fn from_stat(st: &libc::stat, ino: u64) -> FileAttr {
         flags: 0,
     }
 }
+
+/// The permission bits a regular file keeps when a change drops its privileges, as the kernel
+/// decides for a local filesystem (`setattr_should_drop_suidgid`, `chown_common`): setuid
+/// goes; setgid goes when group execute is set (it then marks a setgid program) or when the
+/// caller is neither in the file's group nor holds `CAP_FSETID` (`in_group_or_capable`, asked
+/// only then). Without group execute, setgid marks mandatory locking and stays for the others.
+///
+/// A chown always drops them; a write, truncate or fallocate only when the caller lacks
+/// `CAP_FSETID`: that gate is the caller's to apply.
+pub fn without_privs(mode: u32, in_group_or_capable: impl FnOnce() -> bool) -> u32 {
+    let mut kill = mode & libc::S_ISUID;
+    if mode & libc::S_ISGID != 0 && (mode & libc::S_IXGRP != 0 || !in_group_or_capable()) {
+        kill |= libc::S_ISGID;
+    }
+    mode & !kill
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_privs;
+
+    #[test]
+    fn a_dropped_privilege_follows_the_kernels_rule() {
+        let never = || -> bool { panic!("group membership asked needlessly") };
+        assert_eq!(without_privs(0o4755, never), 0o755);
+        assert_eq!(without_privs(0o6755, never), 0o755, "setgid with group x");
+        assert_eq!(without_privs(0o0755, never), 0o755);
+        assert_eq!(without_privs(0o1777, never), 0o1777, "sticky stays");
+        assert_eq!(
+            without_privs(0o2745, || true),
+            0o2745,
+            "locking mark, member"
+        );
+        assert_eq!(
+            without_privs(0o2745, || false),
+            0o745,
+            "locking mark, outsider"
+        );
+        assert_eq!(without_privs(0o6745, || false), 0o745);
+    }
+}

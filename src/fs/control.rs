@@ -185,7 +185,7 @@ impl MirrorFs {
     /// Whether `caller` may change the mirror ([`may_control`]).
     fn caller_may_control(&self, caller: &Caller) -> bool {
         may_control(caller.uid, crate::sys::geteuid(), || {
-            caller.has_cap_sys_admin()
+            caller.has_cap(crate::sys::creds::CAP_SYS_ADMIN)
         })
     }
 

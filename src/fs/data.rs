@@ -542,6 +542,19 @@ impl MirrorFs {
         }
     }
 
+    /// Drops setuid/setgid from the file open as `fh` before `caller` writes to it: the kernel
+    /// marked the write `FUSE_WRITE_KILL_SUIDGID` (the caller lacks `CAP_FSETID`) and leaves
+    /// this to the daemon (`FUSE_HANDLE_KILLPRIV_V2`).
+    pub fn drop_privs_for_write(&self, fh: u64, caller: &Caller) -> Result<()> {
+        let _barrier = self.mirror.barrier();
+        let h = self.handles.file(fh)?;
+        if let Some(mode) = self.mode_without_privs(&h.inode, caller, false)? {
+            self.will_change(&h.inode);
+            self.set_mode_everywhere(&h.inode, mode)?;
+        }
+        Ok(())
+    }
+
     /// Writes to every in-sync leg in parallel. A leg that fails is dropped and the write
     /// succeeds on the others; if every leg fails alike, the caller gets that error.
     pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<usize> {

@@ -380,7 +380,7 @@ impl FdCache {
         }
         // Entries of inodes that died meanwhile pile up when nothing is evicted: drop them.
         if order.len() > 4 * self.budget {
-            order.retain(|(w, _)| w.strong_count() > 0);
+            drop_dead(&mut order);
         }
     }
 
@@ -388,7 +388,7 @@ impl FdCache {
     /// memory allocated (not its descriptors) until it goes.
     fn prune(&self) {
         let mut order = self.order.lock();
-        order.retain(|(w, _)| w.strong_count() > 0);
+        drop_dead(&mut order);
         if order.capacity() > 2 * order.len() + 1024 {
             order.shrink_to_fit();
         }
@@ -405,6 +405,11 @@ impl FdCache {
             self.open.fetch_sub(n, Ordering::AcqRel);
         }
     }
+}
+
+/// Drops the eviction-order entries whose inode has died.
+fn drop_dead(order: &mut VecDeque<(Weak<Inode>, LegIdx)>) {
+    order.retain(|(w, _)| w.strong_count() > 0);
 }
 
 /// What [`InodeTable::attach_leg`] did.

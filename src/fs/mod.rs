@@ -61,6 +61,24 @@ pub struct SetAttr {
     pub size: Option<u64>,
     pub atime: Option<TimeSpec>,
     pub mtime: Option<TimeSpec>,
+    /// The kernel leaves dropping setuid/setgid to the daemon (`FUSE_HANDLE_KILLPRIV_V2`):
+    /// a chown, a truncate and a request with no change at all (the kernel's "remove
+    /// privileges" before a write or fallocate) drop them here. Otherwise the kernel sends
+    /// the reduced mode itself.
+    pub drops_privs: bool,
+}
+
+impl SetAttr {
+    /// Whether nothing is to change: with [`SetAttr::drops_privs`], the kernel asking for
+    /// setuid/setgid to go.
+    fn changes_nothing(&self) -> bool {
+        self.mode.is_none()
+            && self.uid.is_none()
+            && self.gid.is_none()
+            && self.size.is_none()
+            && self.atime.is_none()
+            && self.mtime.is_none()
+    }
 }
 
 /// A time to set: a given instant, or "now" (resolved once, so every leg gets the same value).

@@ -428,8 +428,14 @@ impl MirrorFs {
         // mode change in the writer's name, which the owner's rules would refuse: a change
         // that only drops those bits needs only what writing needs (write permission), as on
         // a local filesystem.
-        let kill_priv =
-            !self.config.options.default_permissions && self.only_drops_suid(&inode, set)?;
+        // (Only without FUSE_HANDLE_KILLPRIV_V2: with it the kernel sends no such change.)
+        let kill_priv = !set.drops_privs
+            && !self.config.options.default_permissions
+            && self.only_drops_suid(&inode, set)?;
+        let drop_privs = match set.drops_privs {
+            true => self.privs_to_drop(&inode, set, caller)?,
+            false => None,
+        };
         if kill_priv {
             let leg = self.mirror.metadata_leg();
             self.checked(caller, || {
@@ -484,6 +490,9 @@ impl MirrorFs {
                 Ok(())
             })
         })?;
+        if let Some(mode) = drop_privs {
+            self.set_mode_everywhere(&inode, mode)?;
+        }
         match (&sums, set.size) {
             (Some(f), Some(size)) => f
                 .truncate(self.mirror.integrity(), size, tail)
@@ -504,8 +513,61 @@ impl MirrorFs {
         self.stat_inode(&inode)
     }
 
+    /// The mode `inode` is left with when `set` by `caller` drops its setuid/setgid bits
+    /// ([`attr::without_privs`]), if that changes it: a chown always, a truncate when the
+    /// caller lacks `CAP_FSETID`, and an empty request (the kernel decided already). Read
+    /// before the change: the group that counts is the file's group before a chown.
+    fn privs_to_drop(
+        &self,
+        inode: &InodeRef,
+        set: &SetAttr,
+        caller: &Caller,
+    ) -> Result<Option<u32>> {
+        let chown = set.uid.is_some() || set.gid.is_some();
+        let truncate = set.size.is_some();
+        if set.mode.is_some()
+            || !inode.is_regular()
+            || !(chown || truncate || set.changes_nothing())
+        {
+            return Ok(None);
+        }
+        let gated = truncate && !chown;
+        self.mode_without_privs(inode, caller, gated)
+    }
+
+    /// The mode `inode` keeps once a change by `caller` drops its privileges, if that differs
+    /// from its mode now. `gated`: not at all if the caller holds `CAP_FSETID` (a write or a
+    /// truncate; a chown drops them from anyone).
+    pub(super) fn mode_without_privs(
+        &self,
+        inode: &InodeRef,
+        caller: &Caller,
+        gated: bool,
+    ) -> Result<Option<u32>> {
+        let now = self.stat_inode(inode)?;
+        let mode = u32::from(now.perm) & 0o7777;
+        if mode & (libc::S_ISUID | libc::S_ISGID) == 0 || !inode.is_regular() {
+            return Ok(None);
+        }
+        let capable = || caller.has_cap(sys::creds::CAP_FSETID);
+        if gated && capable() {
+            return Ok(None);
+        }
+        let kept = attr::without_privs(mode, || caller.in_group(now.gid) || capable());
+        Ok((kept != mode).then_some(kept))
+    }
+
+    /// Sets `inode`'s permission bits to `mode` on every leg it is in sync on, as the daemon.
+    pub(super) fn set_mode_everywhere(&self, inode: &InodeRef, mode: u32) -> Result<()> {
+        let legs = self.legs_for(inode);
+        self.mirror.fan_out(&legs, "drop setuid", |leg| {
+            sys::fd::chmod(inode.fd(leg)?.as_fd(), mode)
+        })?;
+        Ok(())
+    }
+
     /// Whether `set` only takes setuid/setgid bits off `inode`'s mode (the kernel's
-    /// "kill privileges" after a write or truncate).
+    /// "kill privileges" after a write or truncate, when it does not leave that to us).
     fn only_drops_suid(&self, inode: &InodeRef, set: &SetAttr) -> Result<bool> {
         let Some(mode) = set.mode else {
             return Ok(false);

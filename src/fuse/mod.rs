@@ -28,6 +28,10 @@ pub struct MirrorFuse {
     cache: KernelCache,
     /// The kernel took FUSE_PASSTHROUGH (`passthrough=ro`).
     passthrough: bool,
+    /// The kernel took FUSE_HANDLE_KILLPRIV_V2: dropping setuid/setgid on write, truncate
+    /// and chown is the daemon's, and the kernel asks no GETATTR before each chown and no
+    /// `security.capability` before every write.
+    drops_privs: bool,
     backings: parking_lot::Mutex<Backings>,
 }
 
@@ -47,6 +51,7 @@ impl MirrorFuse {
             fs,
             cache,
             passthrough: false,
+            drops_privs: false,
             backings: Default::default(),
         }
     }
@@ -272,6 +277,10 @@ impl Filesystem for MirrorFuse {
                 log::info!("kernel refused {refused:?}");
             }
         }
+        match config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2) {
+            Ok(()) => self.drops_privs = true,
+            Err(refused) => log::info!("kernel refused {refused:?}"),
+        }
         if self.cache.passthrough {
             // Backing files on a plain filesystem: this mount may itself be stacked once.
             let depth = config.set_max_stack_depth(1);
@@ -338,6 +347,7 @@ impl Filesystem for MirrorFuse {
             size,
             atime: atime.map(time_spec),
             mtime: mtime.map(time_spec),
+            drops_privs: self.drops_privs,
         };
         let r = self.fs.setattr(ino.0, &set, &caller(req));
         reply_or_err!(reply, "setattr", r, |a| reply.attr(&self.cache.attr, &a))
@@ -495,18 +505,24 @@ impl Filesystem for MirrorFuse {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        reply_or_err!(reply, "write", self.fs.write(fh.0, offset, data), |n| reply
-            .written(n as u32))
+        let drop_privs =
+            self.drops_privs && write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        let r = match drop_privs {
+            true => self.fs.drop_privs_for_write(fh.0, &caller(req)),
+            false => Ok(()),
+        };
+        let r = r.and_then(|()| self.fs.write(fh.0, offset, data));
+        reply_or_err!(reply, "write", r, |n| reply.written(n as u32))
     }
 
     fn flush(

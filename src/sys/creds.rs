@@ -12,8 +12,10 @@
 use crate::errno::{Errno, Result};
 use std::sync::OnceLock;
 
+/// `CAP_FSETID`'s bit in a capability set: keeps setuid/setgid through writes and truncates.
+pub const CAP_FSETID: u32 = 4;
 /// `CAP_SYS_ADMIN`'s bit in a capability set.
-const CAP_SYS_ADMIN: u32 = 21;
+pub const CAP_SYS_ADMIN: u32 = 21;
 
 /// The identity of the process that made a request.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,12 +66,17 @@ impl Caller {
         })
     }
 
-    /// Whether the requesting process holds `CAP_SYS_ADMIN` in its effective set (read from
-    /// `/proc/PID/status`; false when it cannot be read).
-    pub fn has_cap_sys_admin(&self) -> bool {
+    /// Whether the requesting process holds capability `cap` (a `CAP_*` bit above) in its
+    /// effective set (read from `/proc/PID/status`; false when it cannot be read).
+    pub fn has_cap(&self, cap: u32) -> bool {
         proc_status_field(self.pid, "CapEff:")
             .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-            .is_some_and(|caps| caps & (1 << CAP_SYS_ADMIN) != 0)
+            .is_some_and(|caps| caps & (1 << cap) != 0)
+    }
+
+    /// Whether `gid` is the caller's group or one of its supplementary groups.
+    pub fn in_group(&self, gid: u32) -> bool {
+        self.gid == gid || self.groups().contains(&gid)
     }
 }
 
