@@ -230,7 +230,7 @@ fn caller_errors_change_nothing_and_drop_no_leg() {
     }
     let fh = fs.opendir(ROOT_INO, &me()).unwrap();
     let mut names = Vec::new();
-    fs.readdir(fh, 0, |_, _, _, n| {
+    fs.readdir(ROOT_INO, fh, 0, |_, _, _, n| {
         names.push(n.to_os_string());
         false
     })

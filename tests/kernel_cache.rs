@@ -246,3 +246,69 @@ fn a_read_only_open_opens_a_leg_only_when_it_reads() {
     drop(held);
     m.finish();
 }
+
+/// Under `cache=full` directories are listed without OPENDIR (the kernel's zero-message
+/// opendir): the daemon keeps each pass's listing under a generation carried in the offsets.
+/// A listing of 3,000 names takes many READDIRs, and another process creating and removing
+/// names meanwhile restarts other passes; every pass must still see each of the 3,000 exactly
+/// once. A pass that went on in a newer listing by position would skip or repeat names.
+#[test]
+fn listings_stay_whole_while_the_directory_changes() {
+    require_fuse!();
+    let m = TestMirror::new(2).mount();
+    let dir = m.path("big");
+    fs::create_dir(&dir).unwrap();
+    let stable: std::collections::BTreeSet<String> = (0..3000)
+        .map(|i| format!("stable-name-long-enough-to-fill-pages-{i:05}"))
+        .collect();
+    for n in &stable {
+        fs::write(dir.join(n), b"").unwrap();
+    }
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let churn = s.spawn(|| {
+            let mut i = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let p = dir.join(format!("churn-{}", i % 50));
+                let _ = fs::write(&p, b"x");
+                if i % 3 == 0 {
+                    let _ = fs::remove_file(&p);
+                }
+                i += 1;
+            }
+            i
+        });
+        let passes = || -> Result<(), String> {
+            for pass in 0..30 {
+                let mut seen = std::collections::BTreeMap::<String, u32>::new();
+                for e in fs::read_dir(&dir).map_err(|e| e.to_string())? {
+                    let name = e.map_err(|e| e.to_string())?.file_name();
+                    *seen.entry(name.to_string_lossy().into_owned()).or_default() += 1;
+                }
+                let twice: Vec<_> = seen.iter().filter(|(_, &c)| c > 1).collect();
+                if !twice.is_empty() {
+                    return Err(format!("pass {pass}: names listed twice: {twice:?}"));
+                }
+                let missing: Vec<_> = stable.iter().filter(|n| !seen.contains_key(*n)).collect();
+                if !missing.is_empty() {
+                    return Err(format!("pass {pass}: {} names missed", missing.len()));
+                }
+            }
+            Ok(())
+        };
+        let result = passes();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let changes = churn.join().unwrap();
+        result.unwrap();
+        assert!(changes > 30, "the directory changed {changes} times only");
+    });
+    let names = |p: &Path| -> std::collections::BTreeSet<_> {
+        fs::read_dir(p)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect()
+    };
+    assert_eq!(names(&dir), names(&m.leg(0).join("big")));
+    assert_eq!(names(&dir), names(&m.leg(1).join("big")));
+    m.finish();
+}

@@ -198,6 +198,9 @@ pub struct KernelCache {
     pub symlinks: bool,
     /// Keep POSIX ACLs, and check access with them (FUSE_POSIX_ACL).
     pub acls: bool,
+    /// Answer OPENDIR with ENOSYS where the kernel takes that as "no OPENDIR or RELEASEDIR
+    /// from now on" (FUSE_NO_OPENDIR_SUPPORT): listings then come from READDIRs with handle 0.
+    pub zero_message_opendir: bool,
     /// Pass read-only opens through to a leg's file (FUSE_PASSTHROUGH).
     pub passthrough: bool,
 }
@@ -430,6 +433,9 @@ impl MountConfig {
             symlinks: full,
             // The kernel enforces and caches ACLs itself; it needs `default_permissions`.
             acls: full && self.default_permissions,
+            // The kernel checks who may list (so the daemon needs no OPENDIR), and keeps the
+            // listings it reads (it does so by itself without OPENDIR).
+            zero_message_opendir: full && self.default_permissions,
             passthrough: self.passthrough,
         }
     }
@@ -662,9 +668,12 @@ mod tests {
                 listings: true,
                 symlinks: true,
                 acls: true,
+                zero_message_opendir: true,
                 passthrough: false,
             }
         );
+        let ndp = parse(&["no_default_permissions"]).unwrap().kernel_cache();
+        assert!(!ndp.zero_message_opendir, "the daemon checks who may list");
         let pt = parse(&["passthrough=ro,checksum=off"]).unwrap();
         assert!(pt.kernel_cache().passthrough);
         let e = parse(&["passthrough=ro"]).unwrap_err();
@@ -679,7 +688,7 @@ mod tests {
             (second, second, Duration::ZERO)
         );
         assert!(shared.keep_data && shared.inval_data_on_change);
-        assert!(!shared.listings && !shared.symlinks);
+        assert!(!shared.listings && !shared.symlinks && !shared.zero_message_opendir);
         let off = parse(&["cache=off"]).unwrap().kernel_cache();
         assert_eq!(
             (off.attr, off.entry, off.negative),

@@ -156,6 +156,8 @@ pub struct MirrorFs {
     mirror: Arc<Mirror>,
     inodes: Arc<InodeTable>,
     handles: Arc<HandleTable>,
+    /// Listings of passes without a handle (the kernel's zero-message opendir).
+    listings: dir::Listings,
     config: FsConfig,
     /// When the filesystem was set up (uptime in the stats).
     started: std::time::Instant,
@@ -242,6 +244,7 @@ impl MirrorFs {
             mirror,
             inodes,
             handles,
+            listings: Default::default(),
             config,
             started: std::time::Instant::now(),
             recovery,

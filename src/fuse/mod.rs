@@ -32,6 +32,9 @@ pub struct MirrorFuse {
     /// and chown is the daemon's, and the kernel asks no GETATTR before each chown and no
     /// `security.capability` before every write.
     drops_privs: bool,
+    /// The kernel offers zero-message opendir and [`KernelCache::zero_message_opendir`] wants
+    /// it: OPENDIR is answered ENOSYS, and directories are listed without a handle.
+    no_opendir: bool,
     backings: parking_lot::Mutex<Backings>,
 }
 
@@ -52,6 +55,7 @@ impl MirrorFuse {
             cache,
             passthrough: false,
             drops_privs: false,
+            no_opendir: false,
             backings: Default::default(),
         }
     }
@@ -275,6 +279,12 @@ impl Filesystem for MirrorFuse {
         ) {
             if let Err(refused) = config.add_capabilities(flag) {
                 log::info!("kernel refused {refused:?}");
+            }
+        }
+        if self.cache.zero_message_opendir {
+            match config.add_capabilities(InitFlags::FUSE_NO_OPENDIR_SUPPORT) {
+                Ok(()) => self.no_opendir = true,
+                Err(refused) => log::info!("kernel refused {refused:?}"),
             }
         }
         match config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2) {
@@ -562,6 +572,10 @@ impl Filesystem for MirrorFuse {
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        if self.no_opendir {
+            // The kernel lists with handle 0 from now on, and keeps the listings itself.
+            return reply.error(errno(Errno::ENOSYS));
+        }
         reply_or_err!(
             reply,
             "opendir",
@@ -573,27 +587,29 @@ impl Filesystem for MirrorFuse {
     fn readdir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let r = self.fs.readdir(fh.0, offset, |ino, next, kind, name| {
-            reply.add(INodeNo(ino), next, crate::fs::attr::file_type(kind), name)
-        });
+        let r = self
+            .fs
+            .readdir(ino.0, fh.0, offset, |ino, next, kind, name| {
+                reply.add(INodeNo(ino), next, crate::fs::attr::file_type(kind), name)
+            });
         reply_or_err!(reply, "readdir", r, |_v| reply.ok())
     }
 
     fn readdirplus(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
         let ttl = self.cache.entry;
-        let r = self.fs.readdirplus(fh.0, offset, |e| {
+        let r = self.fs.readdirplus(ino.0, fh.0, offset, |e| {
             reply.add(
                 e.entry.attr.ino,
                 e.offset,
