@@ -271,7 +271,7 @@ fn listings_stay_whole_while_the_directory_changes() {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let p = dir.join(format!("churn-{}", i % 50));
                 let _ = fs::write(&p, b"x");
-                if i % 3 == 0 {
+                if i.is_multiple_of(3) {
                     let _ = fs::remove_file(&p);
                 }
                 i += 1;
