@@ -5,7 +5,6 @@ use super::inode::{Identity, ROOT_INO};
 use super::{attr, Caller, Entry, InodeRef, MirrorFs};
 use crate::errno::{Errno, Result};
 use crate::sys;
-
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{CString, OsStr};
@@ -177,42 +176,39 @@ impl MirrorFs {
     /// A directory's entries as the metadata leg lists them, "." and ".." first, reserved
     /// names left out.
     fn read_listing(&self, inode: &InodeRef) -> Result<Vec<DirEntry>> {
-        {
-            let list = self.on_metadata_leg("readdir", |leg| {
-                let dir_fd = inode.fd(leg)?;
-                let dir_fd = dir_fd.as_fd();
-                let st = sys::fd::fstat(dir_fd)?;
-                let raw = sys::dir::read_dir(dir_fd)?;
-                let mut out = Vec::with_capacity(raw.len() + 2);
-                out.push(DirEntry {
-                    ino: inode.ino,
-                    kind: libc::S_IFDIR,
-                    name: ".".into(),
-                });
-                out.push(DirEntry {
-                    ino: ROOT_INO,
-                    kind: libc::S_IFDIR,
-                    name: "..".into(),
-                });
-                for e in raw {
-                    if self.is_reserved(inode.ino, &e.name) {
-                        continue;
-                    }
-                    let ino = self.inodes.number_for(Identity {
-                        leg,
-                        dev: st.st_dev,
-                        ino: e.ino,
-                    });
-                    out.push(DirEntry {
-                        ino,
-                        kind: attr::kind_of_dtype(e.d_type),
-                        name: e.name,
-                    });
+        self.on_metadata_leg("readdir", |leg| {
+            let dir_fd = inode.fd(leg)?;
+            let dir_fd = dir_fd.as_fd();
+            let st = sys::fd::fstat(dir_fd)?;
+            let raw = sys::dir::read_dir(dir_fd)?;
+            let mut out = Vec::with_capacity(raw.len() + 2);
+            out.push(DirEntry {
+                ino: inode.ino,
+                kind: libc::S_IFDIR,
+                name: ".".into(),
+            });
+            out.push(DirEntry {
+                ino: ROOT_INO,
+                kind: libc::S_IFDIR,
+                name: "..".into(),
+            });
+            for e in raw {
+                if self.is_reserved(inode.ino, &e.name) {
+                    continue;
                 }
-                Ok(out)
-            })?;
-            Ok(list)
-        }
+                let ino = self.inodes.number_for(Identity {
+                    leg,
+                    dev: st.st_dev,
+                    ino: e.ino,
+                });
+                out.push(DirEntry {
+                    ino,
+                    kind: attr::kind_of_dtype(e.d_type),
+                    name: e.name,
+                });
+            }
+            Ok(out)
+        })
     }
 
     /// Lists directory `ino` from `offset`, through handle `fh` (0: none, see [`Listings`]);
