@@ -525,10 +525,7 @@ impl MirrorFs {
     ) -> Result<Option<u32>> {
         let chown = set.uid.is_some() || set.gid.is_some();
         let truncate = set.size.is_some();
-        if set.mode.is_some()
-            || !inode.is_regular()
-            || !(chown || truncate || set.changes_nothing())
-        {
+        if set.mode.is_some() || !(chown || truncate || set.changes_nothing()) {
             return Ok(None);
         }
         let gated = truncate && !chown;
@@ -544,9 +541,12 @@ impl MirrorFs {
         caller: &Caller,
         gated: bool,
     ) -> Result<Option<u32>> {
+        if !inode.is_regular() {
+            return Ok(None);
+        }
         let now = self.stat_inode(inode)?;
         let mode = u32::from(now.perm) & 0o7777;
-        if mode & (libc::S_ISUID | libc::S_ISGID) == 0 || !inode.is_regular() {
+        if mode & (libc::S_ISUID | libc::S_ISGID) == 0 {
             return Ok(None);
         }
         let capable = || caller.has_cap(sys::creds::CAP_FSETID);
