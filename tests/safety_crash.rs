@@ -809,6 +809,79 @@ fn kill_9_while_emptying_old_directories_recovers_through_a_subtree_cover() {
     assert_legs_identical(&legs);
 }
 
+/// Objects that stay dirty after they, or a directory above them, were renamed: a file kept
+/// open and written after its directory's rename, a file kept open and written after its own
+/// move to another directory, and files created over and over in a renamed directory that
+/// already had a cover. Each later change is logged under the object's new path (or a cover of
+/// it), long after the covers the renames wrote have gone idle; after `kill -9`, a write that
+/// reached leg0 but not leg1 at each new path is redone before the mount serves.
+#[test]
+fn kill_9_after_renames_recovers_what_stayed_dirty_at_the_new_paths() {
+    use std::os::unix::fs::FileExt;
+    require_fuse!();
+    require_tool!("getfattr");
+    let mut m = TestMirror::new(2).mount();
+    let mnt = m.mnt().to_path_buf();
+    let legs = m.legs().to_vec();
+    for d in ["d", "x", "y", "c"] {
+        fs::create_dir(mnt.join(d)).unwrap();
+    }
+    fs::write(mnt.join("d/f"), pattern(40_000, 1)).unwrap();
+    fs::write(mnt.join("x/g"), pattern(40_000, 2)).unwrap();
+    // Clean: nothing is dirty, nothing covered.
+    m.unmount();
+    m.mount_again(&[]);
+    let open = |p: &str| OpenOptions::new().write(true).open(mnt.join(p)).unwrap();
+    let (f, g) = (open("d/f"), open("x/g"));
+    f.write_all_at(b"first", 0).unwrap();
+    g.write_all_at(b"first", 0).unwrap();
+    fs::write(mnt.join("c/n0"), b"new").unwrap();
+    fs::rename(mnt.join("d"), mnt.join("e")).unwrap();
+    fs::rename(mnt.join("x/g"), mnt.join("y/g")).unwrap();
+    fs::rename(mnt.join("c"), mnt.join("c2")).unwrap();
+    // Changes go on for longer than the renames' covers stay: they are cleared meanwhile
+    // unless something they stand for is still changing.
+    let mut n = 1;
+    let until = Instant::now() + IDLE * 2 + Duration::from_millis(1500);
+    while Instant::now() < until {
+        f.write_all_at(b"again", 100).unwrap();
+        g.write_all_at(b"again", 100).unwrap();
+        fs::write(mnt.join(format!("c2/n{n}")), b"new").unwrap();
+        n += 1;
+        sleep(Duration::from_millis(250));
+    }
+    drop((f, g));
+    let pid = daemon_pid(&mnt);
+    let stopped = change_then_stop(
+        pid,
+        || {
+            open("e/f").write_all_at(b"last", 200).unwrap();
+            open("y/g").write_all_at(b"last", 200).unwrap();
+            fs::write(mnt.join(format!("c2/n{n}")), b"new").unwrap();
+        },
+        || None,
+    );
+    for leg in &legs {
+        let rec = log_records(&intent_log(leg));
+        for p in ["e/f", "y/g", &format!("c2/n{}", n - 1), &format!("c2/n{n}")] {
+            assert!(
+                stands_for(&rec, &legs, p),
+                "nothing stands for {p}: {rec:?}"
+            );
+        }
+    }
+    // What a power cut during the last writes could leave on leg1.
+    corrupt_keeping_times(&legs[1].join("e/f"), 200, 4);
+    corrupt_keeping_times(&legs[1].join("y/g"), 200, 4);
+    fs::remove_file(legs[1].join(format!("c2/n{n}"))).unwrap();
+    kill_and_unmount(stopped, &m);
+
+    let mut r = mount_ok(&legs, &mnt, &[]);
+    assert_legs_identical(&legs);
+    r.unmount();
+    assert_legs_identical(&legs);
+}
+
 /// A leg whose intent log cannot take a record (here a cover: `intent.log` replaced by a
 /// directory behind the mount) is dropped before the change reaches any leg; the create
 /// succeeds on the other leg and is served from it, and `leg add` brings the leg back

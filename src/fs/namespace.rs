@@ -301,15 +301,22 @@ impl MirrorFs {
         let exchanged = (flags & libc::RENAME_EXCHANGE != 0)
             .then(|| self.entry_copies(&np, &new, &legs, false))
             .flatten();
+        // What is dirty at or below the moved paths is recorded under the new ones first.
+        let dirs = || Some((self.leg_relpath(&p)?, self.leg_relpath(&np)?));
+        let names = (old.as_bytes().to_vec(), new.as_bytes().to_vec());
+        let exchange = flags & libc::RENAME_EXCHANGE != 0;
+        let moving = self
+            .mirror
+            .renaming(names, exchange, (parent, newparent), dirs);
         let _change = self.names.begin();
-        self.mirror
-            .fan_out(&legs, "rename", |leg| {
-                let (from, to) = (p.fd(leg)?, np.fd(leg)?);
-                self.checked(caller, || {
-                    sys::fd::rename_at(from.as_fd(), &old, to.as_fd(), &new, flags)
-                })
+        let r = self.mirror.fan_out(&legs, "rename", |leg| {
+            let (from, to) = (p.fd(leg)?, np.fd(leg)?);
+            self.checked(caller, || {
+                sys::fd::rename_at(from.as_fd(), &old, to.as_fd(), &new, flags)
             })
-            .map(drop)?;
+        });
+        self.mirror.renamed(moving, r.is_ok(), dirs);
+        r.map(drop)?;
         self.forget_checksums(replaced);
         self.stamp_copies(moved);
         self.stamp_copies(exchanged);

@@ -11,7 +11,7 @@ pub mod reads;
 use crate::errno::{Errno, Result};
 use crate::integrity::Integrity;
 use crate::leg::{InflightGuard, Leg, LegIdx};
-use crate::meta::changes::ChangeLog;
+use crate::meta::changes::{ChangeLog, Renaming};
 use crate::meta::membership::{self, Event};
 use crate::meta::superblock::LegSuperblock;
 use crate::policy::{LegView, ReadPlan, ReadPolicy, ReadRequest};
@@ -571,6 +571,34 @@ impl Mirror {
     pub fn will_change_dir(&self, ino: u64, path: impl FnOnce() -> Option<Vec<u8>>) {
         let legs = self.in_sync_legs();
         let failed = self.changes.will_change_dir(ino, &legs, path);
+        self.intent_failed(failed);
+    }
+
+    /// Before a rename reaches the legs: what is dirty at or below the moved paths is
+    /// recorded under the new ones ([`ChangeLog::renaming`]). A leg whose record cannot be
+    /// written is dropped.
+    pub fn renaming(
+        &self,
+        names: (Vec<u8>, Vec<u8>),
+        exchange: bool,
+        parents: (u64, u64),
+        dirs: impl FnOnce() -> Option<(Vec<u8>, Vec<u8>)>,
+    ) -> Renaming {
+        let legs = self.in_sync_legs();
+        let (r, failed) = self.changes.renaming(names, exchange, parents, dirs, &legs);
+        self.intent_failed(failed);
+        r
+    }
+
+    /// After the rename `r` (`done` when it reached the legs): [`ChangeLog::renamed`].
+    pub fn renamed(
+        &self,
+        r: Renaming,
+        done: bool,
+        dirs: impl FnOnce() -> Option<(Vec<u8>, Vec<u8>)>,
+    ) {
+        let legs = self.in_sync_legs();
+        let failed = self.changes.renamed(r, done, dirs, &legs);
         self.intent_failed(failed);
     }
 
