@@ -1703,6 +1703,19 @@ mod tests {
         assert!(!recs().contains(&b"old"[..]));
         assert!(log.renamed(r, true, dirs, &[0, 1]).is_empty());
         assert!(log.is_dirty_path(b"b/f") && log.is_dirty_path(b"a/g"));
+        // A leg whose log cannot take the rename's records is named, for the caller to drop
+        // before the rename reaches it; the other leg has them.
+        let log1 = roots[1].join(META_DIR).join(INTENT_LOG);
+        std::fs::remove_file(&log1).unwrap();
+        std::fs::create_dir(&log1).unwrap();
+        let (r, failed) =
+            log.renaming((b"b".to_vec(), b"c".to_vec()), false, (1, 1), dirs, &[0, 1]);
+        assert_eq!(failed.iter().map(|f| f.0).collect::<Vec<_>>(), vec![1]);
+        assert!(read_log(&roots[0].join(META_DIR).join(INTENT_LOG))
+            .unwrap()
+            .contains(&b"c/f".to_vec()));
+        assert!(log.renamed(r, true, dirs, &[0]).is_empty());
+        assert!(log.is_dirty_path(b"c/f"));
     }
 
     #[test]
