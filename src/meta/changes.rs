@@ -874,7 +874,9 @@ impl ChangeLog {
             exchange,
             parents,
         };
-        if !self.intent || inner.dirty.is_empty() {
+        // A cover moves even with nothing dirty under it: what is created there later is named
+        // by the cover's directory.
+        if !self.intent || (inner.dirty.is_empty() && inner.covers.is_empty()) {
             return (r, Vec::new());
         }
         let Some((from, to)) = r.paths(dirs) else {
@@ -904,7 +906,7 @@ impl ChangeLog {
     ) -> Vec<(usize, std::io::Error)> {
         let mut inner = self.inner.lock();
         let written = inner.moving.remove(&r.id).unwrap_or_default();
-        if !done || inner.dirty.is_empty() {
+        if !done || (inner.dirty.is_empty() && inner.covers.is_empty()) {
             return Vec::new();
         }
         let Some((from, to)) = r.paths(dirs) else {
