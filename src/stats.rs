@@ -55,6 +55,24 @@ pub struct Stats {
     /// The extent read-ahead (`readahead=`; `docs/policies.md`).
     #[serde(default)]
     pub readahead: Option<ReadAheadStats>,
+    /// How requests reach the daemon (`transport=`); null before the session is set up.
+    #[serde(default)]
+    pub transport: Option<TransportStats>,
+}
+
+/// The FUSE transport in use.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct TransportStats {
+    /// `uring` (FUSE over io_uring) or `devfuse` (reads and writes of /dev/fuse).
+    pub kind: String,
+    /// Why this one: what was asked for (`transport=`) and what the kernel offered.
+    pub why: String,
+    /// io_uring queues (one per possible CPU), and ring entries per queue; 0 over /dev/fuse.
+    pub queues: usize,
+    pub queue_depth: usize,
+    /// Threads reading /dev/fuse (over io_uring: forgets, interrupts, and what came before
+    /// the rings were ready).
+    pub devfuse_threads: usize,
 }
 
 /// The extent read-ahead's figures.

@@ -11,7 +11,7 @@ use super::validate::{validate, Validated};
 use super::Args;
 use crate::config::MountConfig;
 use crate::fs::{FsConfig, MirrorFs};
-use crate::fuse::{KernelNotifier, MirrorFuse};
+use crate::fuse::KernelNotifier;
 use crate::leg::{Leg, LegState};
 use crate::meta::array::{ArrayPlan, PlannedLeg};
 use crate::sys;
@@ -29,6 +29,8 @@ struct Prepared {
 fn prepare(args: &Args) -> Result<Prepared, Vec<String>> {
     let mut config = MountConfig::parse(&args.options)?;
     config.fsname.get_or_insert_with(|| args.legs.clone());
+    // Before any leg is looked at: a transport the kernel cannot give.
+    crate::fuse::check_transport(config.transport).map_err(|e| vec![e])?;
     let checked = match validate(&args.legs, &args.mountpoint, config.degraded) {
         Ok(c) => c,
         Err(e) => {
@@ -231,26 +233,26 @@ fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), Stri
     let cache = p.config.kernel_cache();
     let fuse_config = p.config.fuser_config();
     let mountpoint = p.checked.mountpoint.clone();
-    let mut session = fuser::Session::new(
-        MirrorFuse::new(fs.clone(), cache),
-        &mountpoint,
-        &fuse_config,
-    )
-    .map_err(|e| {
-        fail(
-            &mut ready,
-            format!("cannot mount on '{}': {e}", mountpoint.display()),
-        )
-    })?;
+    let mut session = crate::fuse::mount(cache, &fuse_config, &mountpoint, p.config.transport)
+        .map_err(|e| {
+            fail(
+                &mut ready,
+                format!("cannot mount on '{}': {e}", mountpoint.display()),
+            )
+        })?;
+    if let Err(e) = session.check_uring() {
+        session.unmount();
+        return Err(fail(&mut ready, e));
+    }
     if let Err(e) = fs.start_kernel_notices(Box::new(KernelNotifier(session.notifier()))) {
-        let _ = session.unmount();
+        session.unmount();
         return Err(fail(
             &mut ready,
             format!("cannot start the kernel notice thread: {e}"),
         ));
     }
     if let Err(e) = p.plan.commit() {
-        let _ = session.unmount();
+        session.unmount();
         return Err(fail(&mut ready, e));
     }
     // Once every leg has its `.mirrorfs/`, and before any request is served.
@@ -331,9 +333,11 @@ fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), Stri
         fs.mirror().legs().len(),
         mountpoint.display()
     ));
-    let ran = session
-        .run()
-        .map_err(|e| format!("session ended with an error: {e}"));
+    let access = crate::fuse::Access {
+        owner: sys::geteuid(),
+        allow_other: p.config.allow_other,
+    };
+    let ran = session.serve(fs.clone(), cache, access, p.config.threads);
     super::notify::notify("STOPPING=1");
     super::utab::unregister(&mountpoint);
     ran

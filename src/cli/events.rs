@@ -687,6 +687,7 @@ mod tests {
             last_scrub: None,
             daemon: None,
             readahead: None,
+            transport: None,
             integrity: None,
         }
     }

@@ -43,6 +43,8 @@ pub struct MountConfig {
     pub selinux_xattr: SelinuxXattr,
     /// Pass read-only opens through to one leg's file in the kernel (`passthrough=ro`).
     pub passthrough: bool,
+    /// How requests reach the daemon (`transport=`).
+    pub transport: Transport,
     /// How long the kernel caches attributes, when given (see [`MountConfig::attr_timeout`]).
     pub attr_timeout: Option<Duration>,
     /// How long the kernel caches names, when given (see [`MountConfig::entry_timeout`]).
@@ -135,6 +137,36 @@ impl SelinuxXattr {
     }
 }
 
+/// How requests reach the daemon (`-o transport=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// io_uring when the kernel offers it (`enable_uring` is on), /dev/fuse otherwise.
+    Auto,
+    /// FUSE over io_uring, or the mount is refused.
+    Uring,
+    /// Reads and writes of /dev/fuse.
+    Devfuse,
+}
+
+impl Transport {
+    pub fn parse(v: &str) -> Result<Transport, String> {
+        match v {
+            "auto" => Ok(Transport::Auto),
+            "uring" => Ok(Transport::Uring),
+            "devfuse" => Ok(Transport::Devfuse),
+            _ => Err("auto, uring or devfuse".into()),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Auto => "auto",
+            Transport::Uring => "uring",
+            Transport::Devfuse => "devfuse",
+        }
+    }
+}
+
 /// What the kernel may keep between requests (`-o cache=`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CacheMode {
@@ -215,6 +247,7 @@ impl Default for MountConfig {
             cache: CacheMode::Full,
             selinux_xattr: SelinuxXattr::Auto,
             passthrough: false,
+            transport: Transport::Auto,
             attr_timeout: None,
             entry_timeout: None,
             read_policy: "auto".to_string(),

@@ -291,6 +291,19 @@ pub static OPTIONS: &[OptionSpec] = &[
         show: |c| if c.passthrough { "ro" } else { "off" }.into(),
     },
     OptionSpec {
+        name: "transport",
+        opposite: None,
+        form: "auto|uring|devfuse",
+        default: "auto",
+        live: false,
+        doc: "how requests reach the daemon: `uring` (FUSE over io_uring, one queue per CPU; needs the kernel's `enable_uring` switch), `devfuse`, or `auto` (io_uring when the kernel offers it; see Transport)",
+        apply: |c, g| {
+            c.transport = super::Transport::parse(text(g)?)?;
+            Ok(())
+        },
+        show: |c| c.transport.name().into(),
+    },
+    OptionSpec {
         name: "selinux_xattr",
         opposite: None,
         form: "auto|pass|enotsup",

@@ -627,6 +627,7 @@ impl MirrorFs {
                 known_identities: Some(self.inodes.known_count() as u64),
             }),
             readahead: Some(self.readahead_stats()),
+            transport: self.transport.lock().clone(),
         }
     }
 

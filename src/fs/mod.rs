@@ -39,6 +39,7 @@ use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 
+pub use data::ReadData;
 pub use sys::creds::Caller;
 
 /// Longest name a leg accepts (NAME_MAX).
@@ -172,6 +173,8 @@ pub struct MirrorFs {
     selinux_enotsup: bool,
     /// Renames, unlinks and rmdirs under way (for finding objects on quiet legs).
     names: Arc<quiet::NameChanges>,
+    /// How requests reach the daemon, as the FUSE layer set it up (the stats' `transport`).
+    transport: parking_lot::Mutex<Option<crate::stats::TransportStats>>,
 }
 
 impl MirrorFs {
@@ -250,7 +253,13 @@ impl MirrorFs {
             recovery,
             last_errors: control::LastErrors::default(),
             events: control::EventBus::default(),
+            transport: Default::default(),
         })
+    }
+
+    /// Says how requests reach the daemon (the FUSE layer, once the session is set up).
+    pub fn set_transport(&self, t: crate::stats::TransportStats) {
+        *self.transport.lock() = Some(t);
     }
 
     pub fn mirror(&self) -> &Mirror {

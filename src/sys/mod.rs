@@ -12,10 +12,12 @@ pub mod aligned;
 pub mod creds;
 pub mod dir;
 pub mod fd;
+pub mod fusedev;
 pub mod host;
 pub mod mountinfo;
 pub mod syslog;
 pub mod tree_support;
+pub mod uring;
 pub mod xattr;
 
 use crate::errno::{Errno, Result};
