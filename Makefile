@@ -3,8 +3,11 @@
 #   make build          release build ($(TARGET_DIR)/release/mirrorfs)
 #   make test           installs what the tests need (scripts/install-test-deps.sh: Debian packages,
 #                       pjdfstest and fsx; root; MIRRORFS_NO_INSTALL=1 skips that), then cargo test
-#                       --workspace --all-features, then the external checks (tests/external/run-all.sh,
-#                       twice: as mounted by default, and with passthrough=ro,checksum=off)
+#                       --workspace --all-features with the kernel's enable_uring switch off (over
+#                       /dev/fuse) and the integration tests again with it on (over io_uring), then
+#                       the external checks (tests/external/run-all.sh, three times: by default over
+#                       /dev/fuse, with passthrough=ro,checksum=off over io_uring, by default over
+#                       io_uring)
 #                       against the debug binary; PROFILE=release tests the release one. A test that
 #                       lacks root, /dev/fuse or a tool fails, unless MIRRORFS_TEST_ALLOW_SKIP=1; the
 #                       last line says how many were skipped
@@ -99,17 +102,26 @@ deps:
 
 # The disk model's binary first: tests put legs on it, and cargo test builds only the test
 # harness of another package's binary.
+# Twice: with the kernel's enable_uring switch off (transport=auto is /dev/fuse), then the
+# integration tests again with it on (auto is FUSE over io_uring). scripts/with-uring.sh sets
+# the switch for one pass and puts it back.
 test-unit:
 	@mkdir -p $(TARGET_DIR); rm -f $(SKIP_LOG)
 	$(CARGO) build -p mirrorfs-diskmodel $(filter --release,$(CARGO_TEST_FLAGS))
-	MIRRORFS_SKIP_LOG=$(SKIP_LOG) $(CARGO) test --workspace --all-features $(CARGO_TEST_FLAGS)
+	scripts/with-uring.sh N env MIRRORFS_SKIP_LOG=$(SKIP_LOG) $(CARGO) test --workspace --all-features $(CARGO_TEST_FLAGS)
+	scripts/with-uring.sh Y env MIRRORFS_SKIP_LOG=$(SKIP_LOG) $(CARGO) test -p mirrorfs --all-features --test '*' $(CARGO_TEST_FLAGS)
 	@echo "test-unit: skipped: $$(cat $(SKIP_LOG) 2>/dev/null | wc -l)"
 
 # The second pass mounts every mirror with passthrough=ro (checksum=off, which it needs).
+# Three passes: as mounted by default over /dev/fuse (the switch off), with
+# passthrough=ro,checksum=off over io_uring, and by default over io_uring.
 test-external: $(if $(filter release,$(PROFILE)),build,build-debug)
-	MIRRORFS=$(TEST_BIN) EXT_OUT=$(TARGET_DIR)/external tests/external/run-all.sh
-	MIRRORFS=$(TEST_BIN) EXT_OUT=$(TARGET_DIR)/external-passthrough \
-		EXT_MOUNT_OPTS=passthrough=ro,checksum=off tests/external/run-all.sh
+	MIRRORFS=$(TEST_BIN) EXT_OUT=$(TARGET_DIR)/external \
+		scripts/with-uring.sh N tests/external/run-all.sh
+	MIRRORFS=$(TEST_BIN) EXT_OUT=$(TARGET_DIR)/external-passthrough-uring \
+		EXT_MOUNT_OPTS=passthrough=ro,checksum=off,transport=uring scripts/with-uring.sh Y tests/external/run-all.sh
+	MIRRORFS=$(TEST_BIN) EXT_OUT=$(TARGET_DIR)/external-uring \
+		EXT_MOUNT_OPTS=transport=uring scripts/with-uring.sh Y tests/external/run-all.sh
 
 sim:
 	$(CARGO) run --release -p mirrorfs-sim
@@ -124,7 +136,7 @@ bench-smoke: build-debug
 	MIRRORFS=$(TEST_BIN) RUNTIME=2 bench/remote.sh
 	MIRRORFS=$(TEST_BIN) MB=16 DIR=$(TARGET_DIR)/bench-first-mount bench/first-mount.sh
 	MIRRORFS=$(TEST_BIN) MB=16 RUNTIME=1 ROUNDS=1 DIR=$(TARGET_DIR)/bench-checksum bench/checksum.sh
-	MIRRORFS=$(TEST_BIN) BENCH_SIZE=tiny DIR=$(TARGET_DIR)/bench-datapath bench/datapath.sh
+	MIRRORFS=$(TEST_BIN) BENCH_SIZE=tiny DIR=$(TARGET_DIR)/bench-datapath scripts/with-uring.sh Y bench/datapath.sh
 
 bench-resync: build
 	MIRRORFS=$(RELEASE_BIN) bench/resync.sh
@@ -139,7 +151,7 @@ bench-first-mount: build
 	MIRRORFS=$(RELEASE_BIN) bench/first-mount.sh
 
 bench-datapath: build
-	MIRRORFS=$(RELEASE_BIN) bench/datapath.sh
+	MIRRORFS=$(RELEASE_BIN) scripts/with-uring.sh Y bench/datapath.sh
 
 bench-readahead: build
 	$(CARGO) build --release -p mirrorfs-diskmodel
@@ -182,6 +194,8 @@ install-files:
 	ln -sf "$(PREFIX)/sbin/mirrorfs" "$(DESTDIR)$(UMOUNT_HELPER_DIR)/umount.mirrorfs"
 	ln -sf "$(PREFIX)/sbin/mirrorfs" "$(DESTDIR)$(UMOUNT_HELPER_DIR)/mount.mirrorfs"
 	install -D -m644 -t "$(DESTDIR)$(SYSTEMD_UNIT_DIR)" $(UNITS)
+	install -D -m644 contrib/tmpfiles.d/mirrorfs-fuse-uring.conf \
+		"$(DESTDIR)$(PREFIX)/share/doc/mirrorfs/examples/mirrorfs-fuse-uring.conf"
 
 uninstall:
 	rm -f "$(DESTDIR)$(PREFIX)/sbin/mirrorfs" \
@@ -190,7 +204,8 @@ uninstall:
 		"$(DESTDIR)$(UMOUNT_HELPER_DIR)/mount.mirrorfs" \
 		"$(DESTDIR)$(PREFIX)/share/bash-completion/completions/mirrorfs" \
 		"$(DESTDIR)$(PREFIX)/share/zsh/vendor-completions/_mirrorfs" \
-		"$(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/mirrorfs.fish"
+		"$(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/mirrorfs.fish" \
+		"$(DESTDIR)$(PREFIX)/share/doc/mirrorfs/examples/mirrorfs-fuse-uring.conf"
 	rm -f $(addprefix "$(DESTDIR)$(MAN8_DIR)/,$(addsuffix ",$(notdir docs/mirrorfs.8 $(wildcard docs/man/*.8))))
 	rm -f $(addprefix "$(DESTDIR)$(SYSTEMD_UNIT_DIR)/,$(addsuffix ",$(notdir $(UNITS))))
 

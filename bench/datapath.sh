@@ -121,7 +121,16 @@ rm -rf "$DIR/tiny.git"
 NGIT=$(git -C "$DIR/src.git" ls-tree -r HEAD | wc -l)
 
 TARGETS=(leg mergerfs mirrorfs-1 mirrorfs-2 mirrorfs-2-nointent)
-declare -A OPTS=([mirrorfs-1]="" [mirrorfs-2]="" [mirrorfs-2-nointent]="write_intent=off")
+# Every mirrorfs column over /dev/fuse, and mirrorfs-2-uring beside mirrorfs-2 over io_uring when
+# the kernel's switch is on (make bench-datapath runs under scripts/with-uring.sh Y).
+declare -A OPTS=([mirrorfs-1]="transport=devfuse" [mirrorfs-2]="transport=devfuse" [mirrorfs-2-nointent]="write_intent=off,transport=devfuse")
+if [ "$(cat /sys/module/fuse/parameters/enable_uring 2>/dev/null)" = Y ]; then
+    TARGETS+=(mirrorfs-2-uring)
+    OPTS[mirrorfs-2-uring]="transport=uring"
+    URING_NOTE=""
+else
+    URING_NOTE="no mirrorfs-2-uring column: the kernel's enable_uring switch is off (run under scripts/with-uring.sh Y)"
+fi
 
 # passthrough=ro (item 4) is a column once the binary accepts it (with checksum=off, which it needs). Options are parsed before the
 # mount point is checked: a refused option names itself, an accepted one fails on the missing
@@ -132,12 +141,12 @@ if grep -q passthrough <<<"$probe"; then
     PT_NOTE="no mirrorfs passthrough=ro column: the binary does not accept the option ($(head -n 1 <<<"$probe"))"
 else
     TARGETS+=(mirrorfs-2-ptro)
-    OPTS[mirrorfs-2-ptro]="passthrough=ro,checksum=off"
+    OPTS[mirrorfs-2-ptro]="passthrough=ro,checksum=off,transport=devfuse"
     PT_NOTE=""
 fi
 rmdir "$DIR/probe0" "$DIR/probe1"
 else
-    TARGETS=() PT_NOTE="" NENT=0 NSMALL=0 NGIT=0
+    TARGETS=() PT_NOTE="" URING_NOTE="" NENT=0 NSMALL=0 NGIT=0
 fi
 
 # ------------------------------------------------------------------------------ legs
@@ -368,6 +377,11 @@ if [ -z "$PT_NOTE" ]; then
     echo "mirrorfs-2-ptro: two legs, passthrough=ro,checksum=off (read-only opens read by the kernel from one leg)."
 else
     echo "$PT_NOTE"
+fi
+if [ -z "$URING_NOTE" ]; then
+    echo "mirrorfs-2-uring: two legs, defaults, over FUSE over io_uring (transport=uring); the other mirrorfs columns are over /dev/fuse (transport=devfuse)."
+else
+    echo "$URING_NOTE"
 fi
 echo "cold: after sync and drop_caches; warm: right after the cold pass; warm again: the pass after that. A FUSE" \
     "file system's first pass after a cold one asks the daemon for each directory's or file's attributes once more:" \
