@@ -12,6 +12,7 @@ mod common;
 use common::*;
 use std::fs;
 use std::path::Path;
+use std::time::Duration;
 
 const SWITCH: &str = "/sys/module/fuse/parameters/enable_uring";
 
@@ -189,4 +190,135 @@ fn a_transport_that_does_not_exist_is_refused_in_one_line() {
             );
         }
     }
+}
+
+/// `mirrorfs -f -o fault_injection LEGS MNT`, its stderr in `ROOT/fg.stderr`, mounted.
+fn start_foreground(d: &TestDirs) -> std::process::Child {
+    let errfile = fs::File::create(d.root().join("fg.stderr")).unwrap();
+    let mut child = std::process::Command::new(mirrorfs_bin())
+        .args(["-f", "-o", "fault_injection"])
+        .arg(d.legs_arg())
+        .arg(&d.mnt)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(errfile)
+        .spawn()
+        .expect("spawn mirrorfs -f");
+    if !wait_mounted(&d.mnt, true, Duration::from_secs(20)) {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!(
+            "mirrorfs -f did not mount within 20 s; stderr: {}",
+            fs::read_to_string(d.root().join("fg.stderr")).unwrap_or_default()
+        );
+    }
+    child
+}
+
+/// A serving thread (a queue thread over io_uring, a /dev/fuse reader otherwise) that panics
+/// or ends with an error: an error in the log naming the thread, the connection aborted (the
+/// request under way fails, it does not hang), the daemon exits 1, the mount is gone, the legs
+/// are intact, and the next mount is clean.
+fn a_serving_thread_that_dies(fault: &str) {
+    require_fuse!();
+    let d = TestDirs::new(2);
+    let mut child = start_foreground(&d);
+    // In the foreground the mount shows before its transport is set up.
+    assert!(wait_for(Duration::from_secs(10), || stats(&d.mnt)
+        .transport
+        .is_some()));
+    let uring = stats(&d.mnt).transport.unwrap().kind == "uring";
+    assert_eq!(uring, switch_on());
+    fs::write(d.mnt.join("before"), b"written before the fault").unwrap();
+    set_xattr(
+        d.mnt.join(".mirrorfs"),
+        "user.mirrorfs.fault",
+        format!("transport={fault}").as_bytes(),
+        0,
+    )
+    .unwrap();
+    // The next request meets the fault (whichever it is: the kernel may send one of its own
+    // first); from then on every request must fail, not hang.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mnt = d.mnt.clone();
+    std::thread::spawn(move || {
+        for i in 0..2000 {
+            match fs::metadata(mnt.join(format!("after{i}"))) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                r => {
+                    let _ = tx.send(r.map(|_| ()));
+                    return;
+                }
+            }
+        }
+    });
+    let r = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("requests hung for 20 s after the serving thread died");
+    let e = r.expect_err("a name that was never made was found");
+    assert!(
+        [libc::ENOTCONN, libc::ECONNABORTED].contains(&errno_of(&e)),
+        "the request failed with {e}"
+    );
+    let st = wait_timeout(&mut child, Duration::from_secs(20), "mirrorfs -f");
+    let log = fs::read_to_string(d.root().join("fg.stderr")).unwrap_or_default();
+    assert_eq!(st.code(), Some(1), "exit status {st}; stderr: {log}");
+    let thread = if uring { "fuse-q" } else { "fuse-" };
+    let want = match fault {
+        "panic" => "panicked: injected transport fault",
+        _ => "ended with an error: injected transport fault",
+    };
+    let line = log
+        .lines()
+        .find(|l| l.contains("FUSE transport:") && l.contains(want))
+        .unwrap_or_else(|| panic!("no error line for the {fault}: {log}"));
+    assert!(line.contains("ERROR"), "{line}");
+    assert!(line.contains(&format!(": {thread}")), "{line}");
+    assert!(line.contains("ending the mount"), "{line}");
+    assert!(
+        wait_mounted(&d.mnt, false, Duration::from_secs(5)),
+        "still mounted after the daemon ended: {log}"
+    );
+    assert_content_on_legs(&d.legs, "before", b"written before the fault");
+    let mut m = TestMirror::new(2).with_dirs(d).mount();
+    assert_eq!(
+        fs::read(m.path("before")).unwrap(),
+        b"written before the fault"
+    );
+    // The daemon ended as a crash would: the next mount recovers, and is ONLINE.
+    assert!(
+        wait_for(Duration::from_secs(30), || stats(m.mnt()).state.as_str()
+            == "ONLINE"),
+        "not ONLINE 30 s after the mount: {:?}",
+        stats(m.mnt())
+    );
+    m.unmount();
+}
+
+#[test]
+fn a_serving_thread_that_panics_is_an_error_and_a_clean_unmount() {
+    a_serving_thread_that_dies("panic");
+}
+
+#[test]
+fn a_serving_thread_that_fails_is_an_error_and_a_clean_unmount() {
+    a_serving_thread_that_dies("error");
+}
+
+#[test]
+fn a_transport_fault_needs_fault_injection_and_a_known_kind() {
+    require_fuse!();
+    let m = TestMirror::new(2).mount();
+    let ctl = m.path(".mirrorfs");
+    assert!(set_xattr(&ctl, "user.mirrorfs.fault", b"transport=panic", 0).is_err());
+    drop(m);
+    let m = TestMirror::new(2).option("fault_injection").mount();
+    let ctl = m.path(".mirrorfs");
+    assert_errno(
+        set_xattr(&ctl, "user.mirrorfs.fault", b"transport=hang", 0),
+        libc::EINVAL,
+        "an unknown transport fault",
+    );
+    small_requests(&m.path("d"), 20);
+    assert!(is_mounted(m.mnt()));
 }

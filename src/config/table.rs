@@ -654,7 +654,7 @@ pub static KEYS: &[KeySpec] = &[
         name: "fault",
         access: Access::ReadWrite,
         scope: Scope::Mount,
-        doc: "only with `-o fault_injection` (tests): a fault rule `leg=N|NAME op=read|write|...|* errno=EIO|EROFS|ENOSPC|N [times=N]`, or `clear`; reading lists the rules",
+        doc: "only with `-o fault_injection` (tests): a fault rule `leg=N|NAME op=read|write|...|* errno=EIO|EROFS|ENOSPC|N [times=N]`, or `clear`; reading lists the rules. `transport=panic|error` makes the serving thread that takes the next request panic or fail (the daemon then ends as a crash would: connection aborted, mount detached, exit 1)",
     },
     KeySpec {
         name: "relpath",

@@ -13,6 +13,8 @@
 //! With `-o fault_injection` (tests only), `user.mirrorfs.fault` takes a rule
 //! (`leg=N|NAME op=read|write|...|* errno=EIO|EROFS|ENOSPC|N [times=N]`): on the root or the
 //! control file for every file, on a file for that file only; `clear` removes every rule.
+//! `transport=panic|error` instead makes the thread that takes the next request panic, or end
+//! with an error ([`TransportFault`]), as a bug or a failed ring would.
 //!
 //! Who may write: every write (or removal) of a `user.mirrorfs.*` key, settings and commands
 //! alike, needs root, `CAP_SYS_ADMIN` in the requesting process, or the user who mounted a
@@ -48,6 +50,43 @@ pub const CONTROL_FH: u64 = 0;
 /// daemon does not run as root (`daemon_uid`).
 pub fn may_control(caller_uid: u32, daemon_uid: u32, cap_sys_admin: impl FnOnce() -> bool) -> bool {
     caller_uid == 0 || (daemon_uid != 0 && caller_uid == daemon_uid) || cap_sys_admin()
+}
+
+/// An injected fault of the FUSE transport (the `fault` key's `transport=panic|error`, with
+/// `-o fault_injection`): the serving thread (an io_uring queue thread, or a /dev/fuse reader
+/// when there are no rings) that takes the next request panics, or ends with an error, as a
+/// bug in it or a ring the kernel failed would. Every later request meets it first, so it
+/// cannot be cleared: the mount ends. The FUSE layer acts on it
+/// ([`MirrorFs::take_transport_fault`]); the filesystem only keeps it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TransportFault {
+    Panic = 1,
+    Error = 2,
+}
+
+impl TransportFault {
+    fn parse(v: &str) -> Option<TransportFault> {
+        match v {
+            "panic" => Some(TransportFault::Panic),
+            "error" => Some(TransportFault::Error),
+            _ => None,
+        }
+    }
+}
+
+impl MirrorFs {
+    /// The injected transport fault, if one is set, cleared as it is taken (one relaxed load
+    /// per request when none is).
+    pub fn take_transport_fault(&self) -> Option<TransportFault> {
+        if self.transport_fault.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        match self.transport_fault.swap(0, Ordering::Relaxed) {
+            1 => Some(TransportFault::Panic),
+            2 => Some(TransportFault::Error),
+            _ => None,
+        }
+    }
 }
 
 /// What the keys and the daemon's event notifier (`cli/events.rs`) share: test events asked
@@ -242,6 +281,14 @@ impl MirrorFs {
                 let v = text()?;
                 if v == "clear" {
                     self.mirror.clear_faults();
+                    return Ok(());
+                }
+                if let Some(kind) = v.strip_prefix("transport=") {
+                    let f = TransportFault::parse(kind).ok_or_else(|| {
+                        Refusal::new(Errno::EINVAL, "not a transport fault: panic or error")
+                    })?;
+                    log::warn!("fault injection: the transport's next request: {f:?}");
+                    self.transport_fault.store(f as u8, Ordering::Relaxed);
                     return Ok(());
                 }
                 let names: Vec<String> =

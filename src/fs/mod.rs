@@ -39,6 +39,7 @@ use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 
+pub use control::TransportFault;
 pub use data::ReadData;
 pub use sys::creds::Caller;
 
@@ -175,6 +176,8 @@ pub struct MirrorFs {
     names: Arc<quiet::NameChanges>,
     /// How requests reach the daemon, as the FUSE layer set it up (the stats' `transport`).
     transport: parking_lot::Mutex<Option<crate::stats::TransportStats>>,
+    /// An injected [`control::TransportFault`] not yet taken (0: none).
+    transport_fault: std::sync::atomic::AtomicU8,
 }
 
 impl MirrorFs {
@@ -254,6 +257,7 @@ impl MirrorFs {
             last_errors: control::LastErrors::default(),
             events: control::EventBus::default(),
             transport: Default::default(),
+            transport_fault: Default::default(),
         })
     }
 

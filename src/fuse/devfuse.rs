@@ -47,7 +47,10 @@ pub fn serve_one(fuse: &MirrorFuse, dev: File) -> std::io::Result<()> {
     loop {
         match reader.read(&mut buf) {
             Ok(0) => return Ok(()),
-            Ok(n) => answer_message(fuse, &buf[..n], &dev),
+            Ok(n) => {
+                fuse.injected_fault(false)?;
+                answer_message(fuse, &buf[..n], &dev)
+            }
             Err(e) => match e.raw_os_error() {
                 // Interrupted before it was read, a signal, or nothing yet.
                 Some(libc::ENOENT) | Some(libc::EINTR) | Some(libc::EAGAIN) => continue,

@@ -50,6 +50,9 @@ pub struct MirrorFuse {
     /// The connection's descriptor, for passthrough's backing files.
     dev: Arc<OwnedFd>,
     backings: parking_lot::Mutex<Backings>,
+    /// Whether io_uring queues serve (set once they are registered): an injected transport
+    /// fault then hits a queue thread, else a /dev/fuse reader.
+    rings: std::sync::atomic::AtomicBool,
 }
 
 /// The kernel's backing files (`passthrough=ro`): one per inode while any of its opens is
@@ -134,6 +137,28 @@ impl MirrorFuse {
             access,
             dev,
             backings: Default::default(),
+            rings: Default::default(),
+        }
+    }
+
+    /// The io_uring queues now serve.
+    pub fn set_rings(&self) {
+        self.rings.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Acts on an injected transport fault (`fault` key, `transport=panic|error`), on the
+    /// thread of a queue (`ring`) or of a /dev/fuse reader, whichever kind serves: panics, or
+    /// returns the error that ends the thread. Without one set, a relaxed load.
+    pub fn injected_fault(&self, ring: bool) -> std::io::Result<()> {
+        if ring != self.rings.load(std::sync::atomic::Ordering::Relaxed) {
+            return Ok(());
+        }
+        match self.fs.take_transport_fault() {
+            None => Ok(()),
+            Some(crate::fs::TransportFault::Panic) => panic!("injected transport fault"),
+            Some(crate::fs::TransportFault::Error) => {
+                Err(std::io::Error::other("injected transport fault"))
+            }
         }
     }
 

@@ -126,7 +126,7 @@ pub fn mount(
 }
 
 /// What a serving thread ended with.
-type Ended = (String, std::thread::Result<std::io::Result<()>>);
+pub(crate) type Ended = (String, std::thread::Result<std::io::Result<()>>);
 
 impl Mounted {
     pub fn notifier(&self) -> fuser::Notifier {
@@ -226,22 +226,14 @@ impl Mounted {
                     dev.try_clone()
                         .map_err(|e| format!("cannot duplicate the FUSE descriptor: {e}"))?,
                 );
-                match uring::start(fuse.clone(), Arc::new(file)) {
-                    Ok(queues) => {
+                match uring::start(fuse.clone(), Arc::new(file), &tx) {
+                    Ok((queues, threads)) => {
                         stats.kind = "uring".into();
                         stats.why = format!("transport={}: the kernel offers it", t.name());
-                        stats.queues = queues.len();
+                        stats.queues = queues;
                         stats.queue_depth = uring::DEPTH;
-                        for (qid, q) in queues.into_iter().enumerate() {
-                            let tx = tx.clone();
-                            std::thread::Builder::new()
-                                .name(format!("fuse-q{qid}-join"))
-                                .spawn(move || {
-                                    let _ = tx.send((format!("fuse-q{qid}"), q.join()));
-                                })
-                                .map_err(|e| format!("cannot start a FUSE thread: {e}"))?;
-                            serving += 1;
-                        }
+                        fuse.set_rings();
+                        serving += threads;
                     }
                     Err(e) if t == Transport::Uring => {
                         self.unmount();
@@ -263,31 +255,41 @@ impl Mounted {
         );
         fs.set_transport(stats);
         drop(tx);
-        let mut result = Ok(());
-        let mut aborted = false;
         for _ in 0..serving {
             let Ok((name, r)) = rx.recv() else { break };
-            let fault = match r {
-                Ok(Ok(())) => None,
-                Ok(Err(e)) => Some(format!("{name} ended with an error: {e}")),
-                Err(_) => Some(format!("{name} panicked")),
+            let why = match r {
+                Ok(Ok(())) => continue,
+                Ok(Err(e)) => format!("{name} ended with an error: {e}"),
+                Err(p) => format!("{name} panicked: {}", panic_text(&p)),
             };
-            if let Some(why) = fault {
-                log::error!("FUSE transport: {why}; ending the mount");
-                if result.is_ok() {
-                    result = Err(format!("the session ended: {why}"));
-                }
-                if !aborted {
-                    // A queue that stopped would hold its requests for ever: abort the
-                    // connection (every waiting request fails with ENOTCONN), then unmount.
-                    aborted = true;
-                    abort_connection(&self.mountpoint);
-                    self.unmount();
+            // A thread that stopped holds its request for ever, and the other threads may be
+            // in the middle of theirs: end as a crash would. Abort the connection (every
+            // waiting request fails with ENOTCONN), detach the mount, and return without
+            // waiting for the others or letting the core mark the legs clean: the process
+            // exits, its descriptors close (which ends the connection if the abort could
+            // not), and the next mount recovers as after a crash.
+            log::error!(
+                "FUSE transport: {why}; ending the mount (the next mount recovers as after a \
+                 crash)"
+            );
+            abort_connection(&self.mountpoint);
+            if let Ok(c) = std::ffi::CString::new(self.mountpoint.as_os_str().as_encoded_bytes()) {
+                if let Err(e) = crate::sys::umount(&c, libc::MNT_DETACH) {
+                    log::error!("cannot detach {}: {e}", self.mountpoint.display());
                 }
             }
+            return Err(format!("the session ended: {why}"));
         }
         fuse.destroy();
-        result
+        Ok(())
+    }
+}
+
+/// A panic's message, when it has one.
+fn panic_text(p: &Box<dyn std::any::Any + Send>) -> &str {
+    match p.downcast_ref::<&str>() {
+        Some(s) => s,
+        None => p.downcast_ref::<String>().map_or("(no message)", |s| s),
     }
 }
 
@@ -300,8 +302,19 @@ fn devfuse_file(dev: &Arc<OwnedFd>, i: usize) -> std::io::Result<File> {
     }
 }
 
-/// Aborts the FUSE connection mounted on `mountpoint` (`/sys/fs/fuse/connections/N/abort`).
+/// Aborts the FUSE connection mounted on `mountpoint` (`/sys/fs/fuse/connections/N/abort`),
+/// mounting the fusectl filesystem there first if nobody has (as systemd does at boot).
 fn abort_connection(mountpoint: &Path) {
+    const CONNECTIONS: &str = "/sys/fs/fuse/connections";
+    if !crate::sys::mountinfo::read()
+        .iter()
+        .any(|e| e.mount_point == Path::new(CONNECTIONS))
+    {
+        if let Err(e) = crate::sys::mount_fusectl(CONNECTIONS) {
+            log::warn!("cannot mount fusectl on {CONNECTIONS}: {e}");
+            return;
+        }
+    }
     let Some(e) = crate::sys::mountinfo::read()
         .into_iter()
         .rev()

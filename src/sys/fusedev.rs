@@ -4,7 +4,7 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
 /// `FUSE_DEV_IOC_CLONE`: `_IOR(229, 0, uint32_t)`.
@@ -115,41 +115,6 @@ pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
         }
     }
     Ok(())
-}
-
-/// An eventfd: one thread adds to it, another's read (on a ring) wakes.
-#[derive(Debug)]
-pub struct EventFd(OwnedFd);
-
-impl EventFd {
-    pub fn new() -> io::Result<EventFd> {
-        // SAFETY: eventfd has no memory effects; a valid result is a new descriptor we own.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: fd was just returned by eventfd and is owned by nobody else.
-        Ok(EventFd(unsafe { OwnedFd::from_raw_fd(fd) }))
-    }
-
-    /// Wakes the reader.
-    pub fn notify(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a valid u64.
-        unsafe {
-            libc::write(
-                self.0.as_raw_fd(),
-                &one as *const u64 as *const libc::c_void,
-                8,
-            )
-        };
-    }
-}
-
-impl AsFd for EventFd {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.0.as_fd()
-    }
 }
 
 #[cfg(test)]

@@ -235,6 +235,25 @@ pub fn umount(path: &std::ffi::CStr, flags: i32) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Mounts the FUSE control filesystem (fusectl) on `dir` (root only).
+pub fn mount_fusectl(dir: &str) -> std::io::Result<()> {
+    let d = std::ffi::CString::new(dir).map_err(|_| std::io::ErrorKind::InvalidInput)?;
+    // SAFETY: every pointer is a valid C string or null; no memory is written.
+    let r = unsafe {
+        libc::mount(
+            c"fusectl".as_ptr(),
+            d.as_ptr(),
+            c"fusectl".as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// The effective uid of this process.
 pub fn geteuid() -> u32 {
     // SAFETY: no memory effects.

@@ -19,8 +19,6 @@ use std::sync::Arc;
 pub const HEADER_LEN: usize = 288;
 /// Where the payload starts in a slot's mapping (the header has the first page).
 const PAYLOAD_AT: usize = 4096;
-/// The user data of the eventfd read.
-const WAKE: u64 = u64::MAX;
 
 /// One ring entry's buffers: the header (`fuse_uring_req_header`) and the payload.
 pub struct Slot {
@@ -118,41 +116,22 @@ impl Drop for Slot {
     }
 }
 
-/// What a ring completion says.
-pub enum Event {
-    /// The slot `tag` came back: a request is in it (`res` 0), or the kernel gave it up
-    /// (`res` a negated errno: `-ENOTCONN` once the connection is gone).
-    Slot {
-        tag: usize,
-        res: i32,
-        slot: Box<Slot>,
-    },
-    /// The eventfd was written (a worker has replies to commit).
-    Woken,
-}
-
-/// The ring of one FUSE queue, on the FUSE connection's descriptor.
+/// A ring that serves one entry of a FUSE queue, on the FUSE connection's descriptor.
 pub struct FuseRing {
     ring: IoUring<squeue::Entry128, cqueue::Entry>,
     dev: RawFd,
     /// Keeps the connection's descriptor open while the ring uses it.
     _dev_owner: Arc<dyn AsRawFd + Send + Sync>,
     qid: u16,
-    /// The slots the kernel holds, by tag.
-    in_kernel: Vec<Option<Box<Slot>>>,
-    wake_buf: Box<[u8; 8]>,
-    wake_fd: Option<Arc<super::fusedev::EventFd>>,
+    /// The slot, while the kernel holds it.
+    in_kernel: Option<Box<Slot>>,
 }
 
 impl FuseRing {
-    /// A ring for queue `qid` with room for `depth` entries (and the eventfd read). To be made
-    /// on the thread that will submit on it: it is set up for a single issuer.
-    pub fn new(
-        dev: Arc<dyn AsRawFd + Send + Sync>,
-        qid: u16,
-        depth: usize,
-    ) -> io::Result<FuseRing> {
-        let entries = (depth as u32 + 2).next_power_of_two();
+    /// A ring for one entry of queue `qid`. To be made on the thread that will submit on it:
+    /// it is set up for a single issuer.
+    pub fn new(dev: Arc<dyn AsRawFd + Send + Sync>, qid: u16) -> io::Result<FuseRing> {
+        let entries = 4;
         let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
             .setup_single_issuer()
             .setup_defer_taskrun()
@@ -168,16 +147,14 @@ impl FuseRing {
             dev: dev.as_raw_fd(),
             _dev_owner: dev,
             qid,
-            in_kernel: (0..depth).map(|_| None).collect(),
-            wake_buf: Box::new([0; 8]),
-            wake_fd: None,
+            in_kernel: None,
         })
     }
 
     fn push(&mut self, e: &squeue::Entry128) -> io::Result<()> {
         loop {
-            // SAFETY: every buffer an entry names (a slot's iovecs, the wake buffer) is owned
-            // by `self` until its completion is reaped.
+            // SAFETY: the buffers an entry names (the slot's iovecs) are owned by `self`
+            // until its completion is reaped.
             let pushed = unsafe { self.ring.submission().push(e) };
             match pushed {
                 Ok(()) => return Ok(()),
@@ -188,13 +165,7 @@ impl FuseRing {
         }
     }
 
-    fn fuse_cmd(
-        &mut self,
-        tag: usize,
-        slot: Box<Slot>,
-        cmd_op: u32,
-        commit_id: u64,
-    ) -> io::Result<()> {
+    fn fuse_cmd(&mut self, slot: Box<Slot>, cmd_op: u32, commit_id: u64) -> io::Result<()> {
         let mut cmd = [0u8; 80];
         // struct fuse_uring_cmd_req { u64 flags; u64 commit_id; u16 qid; u8 padding[6]; }
         cmd[8..16].copy_from_slice(&commit_id.to_ne_bytes());
@@ -203,35 +174,21 @@ impl FuseRing {
             .cmd(cmd)
             .addr(Some(slot.iov.as_ptr() as u64))
             .build()
-            .user_data(tag as u64);
+            .user_data(SLOT);
         set_sqe_len(&mut e, 2);
-        self.in_kernel[tag] = Some(slot);
+        self.in_kernel = Some(slot);
         self.push(&e)
     }
 
-    /// Hands slot `tag` to the kernel as a new ring entry (`FUSE_IO_URING_CMD_REGISTER`).
-    pub fn register(&mut self, tag: usize, slot: Box<Slot>) -> io::Result<()> {
-        self.fuse_cmd(tag, slot, CMD_REGISTER, 0)
+    /// Hands the slot to the kernel as a new ring entry (`FUSE_IO_URING_CMD_REGISTER`).
+    pub fn register(&mut self, slot: Box<Slot>) -> io::Result<()> {
+        self.fuse_cmd(slot, CMD_REGISTER, 0)
     }
 
-    /// Sends the reply in slot `tag` and asks for the next request
+    /// Sends the reply in the slot and asks for the next request
     /// (`FUSE_IO_URING_CMD_COMMIT_AND_FETCH`).
-    pub fn commit(&mut self, tag: usize, slot: Box<Slot>, commit_id: u64) -> io::Result<()> {
-        self.fuse_cmd(tag, slot, CMD_COMMIT_AND_FETCH, commit_id)
-    }
-
-    /// Reads the eventfd on the ring: its completion is [`Event::Woken`].
-    pub fn arm_wake(&mut self, efd: &Arc<super::fusedev::EventFd>) -> io::Result<()> {
-        use std::os::fd::AsFd;
-        let e = opcode::Read::new(
-            types::Fd(efd.as_fd().as_raw_fd()),
-            self.wake_buf.as_mut_ptr(),
-            8,
-        )
-        .build()
-        .user_data(WAKE);
-        self.wake_fd = Some(efd.clone());
-        self.push(&e.into())
+    pub fn commit(&mut self, slot: Box<Slot>, commit_id: u64) -> io::Result<()> {
+        self.fuse_cmd(slot, CMD_COMMIT_AND_FETCH, commit_id)
     }
 
     /// Submits what was queued and waits for `want` completions (EINTR is waited through).
@@ -240,56 +197,36 @@ impl FuseRing {
             match self.ring.submit_and_wait(want) {
                 Ok(_) => return Ok(()),
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
-                    // The completion queue is full: reap first.
-                    return Ok(());
-                }
                 Err(e) => return Err(e),
             }
         }
     }
 
-    /// The completions there are now.
-    pub fn reap(&mut self, out: &mut Vec<Event>) {
-        let done: Vec<(u64, i32)> = self
-            .ring
-            .completion()
-            .map(|c| (c.user_data(), c.result()))
-            .collect();
-        for (tag, res) in done {
-            if tag == WAKE {
-                out.push(Event::Woken);
-                continue;
-            }
-            if let Some(slot) = self.in_kernel.get_mut(tag as usize).and_then(Option::take) {
-                out.push(Event::Slot {
-                    tag: tag as usize,
-                    res,
-                    slot,
-                });
+    /// The slot, if the kernel gave it back: a request is in it (`res` 0), or the kernel gave
+    /// the entry up (`res` a negated errno: `-ENOTCONN` once the connection is gone).
+    pub fn reap(&mut self) -> Option<(i32, Box<Slot>)> {
+        let mut got = None;
+        for c in self.ring.completion() {
+            if c.user_data() == SLOT {
+                got = Some(c.result());
             }
         }
-    }
-
-    /// How many slots the kernel holds.
-    pub fn held(&self) -> usize {
-        self.in_kernel.iter().filter(|s| s.is_some()).count()
+        let res = got?;
+        self.in_kernel.take().map(|s| (res, s))
     }
 }
 
 impl Drop for FuseRing {
     fn drop(&mut self) {
-        // The kernel may still hold these entries' addresses (until the connection ends).
-        for s in self.in_kernel.drain(..).flatten() {
+        // The kernel may still hold the entry's addresses (until the connection ends).
+        if let Some(s) = self.in_kernel.take() {
             std::mem::forget(s);
-        }
-        if let Some(w) = self.wake_fd.take() {
-            // The eventfd read may still be in flight: keep its buffer and descriptor.
-            std::mem::forget(w);
-            std::mem::forget(std::mem::take(&mut self.wake_buf));
         }
     }
 }
+
+/// The user data of the slot's commands.
+const SLOT: u64 = 1;
 
 /// `FUSE_IO_URING_CMD_REGISTER`.
 pub const CMD_REGISTER: u32 = 1;
