@@ -44,11 +44,23 @@ fn control_file(mount: &Path) -> Option<PathBuf> {
     is_ours.then_some(c)
 }
 
+/// Why `mount` has no control file. A mount whose daemon is gone answers every call with
+/// ENOTCONN: say so, with the way out, rather than call it "not a mirrorfs mount".
 fn not_a_mount(mount: &Path) -> (i32, String) {
-    (
-        EXIT_USAGE,
-        format!("{}: not a mirrorfs mount", mount.display()),
-    )
+    let m = mount.display();
+    let gone = std::fs::metadata(mount)
+        .err()
+        .and_then(|e| e.raw_os_error())
+        .is_some_and(|e| e == libc::ENOTCONN);
+    let why = if gone {
+        format!(
+            "{m}: the mirrorfs daemon of this mount is gone (transport endpoint is not \
+             connected); 'umount -l {m}' clears it, and the next mount recovers as after a crash"
+        )
+    } else {
+        format!("{m}: not a mirrorfs mount")
+    };
+    (EXIT_USAGE, why)
 }
 
 fn key_name(key: &str) -> Result<CString, String> {

@@ -317,28 +317,32 @@ fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), Stri
     if let Err(e) = fs.recovery().start_backfill() {
         log::error!("cannot start giving older files checksums: {e}");
     }
-    if let Some(mut w) = ready.take() {
-        let _ = w.write_all(b"OK");
-        drop(w);
-        sys::redirect_stdio_to_null();
-    }
-    log::info!(
-        "mounted {} legs on '{}' (open-file limit {nofile})",
-        fs.mirror().legs().len(),
-        mountpoint.display()
-    );
-    // A Type=notify service (contrib/systemd/mirrorfs@.service) starts its dependents now.
-    super::notify::notify(&format!(
-        "READY=1\nSTATUS=mounted {} legs on {}",
-        fs.mirror().legs().len(),
-        mountpoint.display()
-    ));
     let access = crate::fuse::Access {
         owner: sys::geteuid(),
         allow_other: p.config.allow_other,
     };
-    let ran = session.serve(fs.clone(), cache, access, p.config.threads);
+    let legs = fs.mirror().legs().len();
+    // Once the transport is set up (the stats say which one serves), the mount is ready: the
+    // background parent returns, and a Type=notify service (contrib/systemd/mirrorfs@.service)
+    // starts its dependents.
+    let serving_now = || {
+        if let Some(mut w) = ready.take() {
+            let _ = w.write_all(b"OK");
+            drop(w);
+            sys::redirect_stdio_to_null();
+        }
+        log::info!(
+            "mounted {legs} legs on '{}' (open-file limit {nofile})",
+            mountpoint.display()
+        );
+        super::notify::notify(&format!(
+            "READY=1\nSTATUS=mounted {legs} legs on {}",
+            mountpoint.display()
+        ));
+    };
+    let ran = session.serve(fs.clone(), cache, access, p.config.threads, serving_now);
     super::notify::notify("STOPPING=1");
     super::utab::unregister(&mountpoint);
-    ran
+    // A transport that could not be set up: the background parent learns why.
+    ran.map_err(|e| fail(&mut ready, e))
 }

@@ -159,6 +159,7 @@ impl Mounted {
         cache: KernelCache,
         access: Access,
         threads: usize,
+        serving_now: impl FnOnce(),
     ) -> Result<(), String> {
         let dev: Arc<OwnedFd> = Arc::new(
             self.session
@@ -254,6 +255,7 @@ impl Mounted {
             stats.devfuse_threads
         );
         fs.set_transport(stats);
+        serving_now();
         drop(tx);
         for _ in 0..serving {
             let Ok((name, r)) = rx.recv() else { break };
