@@ -14,27 +14,6 @@ fn start_foreground(d: &TestDirs) -> Child {
     start_foreground_with(d, &[])
 }
 
-fn start_foreground_with(d: &TestDirs, extra: &[&str]) -> Child {
-    let errfile = fs::File::create(d.root().join("fg.stderr")).unwrap();
-    let mut child = Command::new(mirrorfs_bin())
-        .arg("-f")
-        .args(extra)
-        .arg(d.legs_arg())
-        .arg(&d.mnt)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(errfile)
-        .spawn()
-        .expect("spawn mirrorfs -f");
-    if !wait_mounted(&d.mnt, true, Duration::from_secs(20)) {
-        let _ = child.kill();
-        let _ = child.wait();
-        let err = fs::read_to_string(d.root().join("fg.stderr")).unwrap_or_default();
-        panic!("mirrorfs -f did not mount within 20 s; stderr: {err}");
-    }
-    child
-}
-
 /// Kills and reaps the foreground child and unmounts, whatever happens in the test.
 struct FgGuard<'a> {
     child: Child,

@@ -12,6 +12,7 @@ use mirrorfs::meta::changes::IDLE;
 use mirrorfs::stats::MountState;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsStr;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -135,6 +136,17 @@ fn kill_and_unmount(stopped: Stopped, m: &Mounted) {
         wait_pids_gone(m.daemon_pids(), Duration::from_secs(10)),
         "the daemon survived kill -9"
     );
+    // The dead mount is named for what it is, and the metrics say it is down.
+    let out = run_mirrorfs([OsStr::new("status"), m.mnt().as_os_str()]);
+    assert_exit(&out, 2, "status of a dead mount");
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("daemon of this mount is gone") && err.contains("umount -l"),
+        "{err}"
+    );
+    let (_, prom) = mirrorfs(&[&"status", &"--format=prometheus", &m.mnt()]);
+    let down = format!("mirrorfs_up{{mount=\"{}\"}} 0", m.mnt().display());
+    assert!(prom.lines().any(|l| l == down), "{down} not in:\n{prom}");
     umount2(m.mnt(), 0).expect("umount of the dead mount");
     assert!(!legs_differences(m.legs()).is_empty());
 }
@@ -381,7 +393,7 @@ fn kill_9_during_writes() {
     let e = writer_error.expect("the writer ended without an error");
     eprintln!("the writer's error after the kill: {e}");
     assert!(
-        [libc::ENOTCONN, libc::ECONNABORTED].contains(&errno_of(&e)),
+        DEAD_DAEMON_ERRNOS.contains(&errno_of(&e)),
         "the writer's error after the kill: {e}"
     );
     let synced = synced.lock().unwrap().clone();

@@ -1583,3 +1583,32 @@ pub fn assert_snapshot_eq(
     }
     panic!("{what} changed:\n  {}", d.join("\n  "));
 }
+
+/// Starts `mirrorfs -f EXTRA... LEGS MNT` over `d`, its stderr in `ROOT/fg.stderr`, and waits
+/// (20 s at most) until it is mounted.
+pub fn start_foreground_with(d: &TestDirs, extra: &[&str]) -> std::process::Child {
+    let errfile = fs::File::create(d.root().join("fg.stderr")).unwrap();
+    let mut child = std::process::Command::new(mirrorfs_bin())
+        .arg("-f")
+        .args(extra)
+        .arg(d.legs_arg())
+        .arg(&d.mnt)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(errfile)
+        .spawn()
+        .expect("spawn mirrorfs -f");
+    if !wait_mounted(&d.mnt, true, Duration::from_secs(20)) {
+        let _ = child.kill();
+        let _ = child.wait();
+        let err = fs::read_to_string(d.root().join("fg.stderr")).unwrap_or_default();
+        panic!("mirrorfs -f did not mount within 20 s; stderr: {err}");
+    }
+    child
+}
+
+/// What a caller's request fails with once the daemon is gone: ENOTCONN once the connection is
+/// down, ECONNABORTED for a request the daemon had taken, and, over io_uring, ECANCELED for a
+/// request the kernel was handing to a queue whose thread had died (`fuse_uring_send_in_task`
+/// finds the task dead).
+pub const DEAD_DAEMON_ERRNOS: [i32; 3] = [libc::ENOTCONN, libc::ECONNABORTED, libc::ECANCELED];
