@@ -48,6 +48,10 @@ impl Errno {
     /// who gets EIO when no leg has a good copy).
     pub const EBADMSG: Errno = Errno(libc::EBADMSG);
     pub const EOPNOTSUPP: Errno = Errno(libc::EOPNOTSUPP);
+    /// Inside mirrorfs: a fault of its own (state it should hold is missing), not of a leg. No
+    /// leg ever answers it, so a fan-out never takes it for a failing disk (`mirror/outcome.rs`
+    /// keeps the leg); the caller gets EIO ([`for_caller`](Errno::for_caller)).
+    pub const INTERNAL: Errno = Errno(INTERNAL_CODE);
 
     /// The errno of the last failed libc call on this thread.
     pub fn last() -> Errno {
@@ -62,7 +66,19 @@ impl Errno {
     pub fn code(self) -> i32 {
         self.0
     }
+
+    /// The errno a caller is answered: the value, but EIO for the errors that live only
+    /// inside mirrorfs ([`INTERNAL`](Errno::INTERNAL), [`EBADMSG`](Errno::EBADMSG)).
+    pub fn for_caller(self) -> i32 {
+        match self {
+            Errno::INTERNAL | Errno::EBADMSG => libc::EIO,
+            Errno(e) => e,
+        }
+    }
 }
+
+/// Beyond every errno (the kernel's stop at 4095).
+const INTERNAL_CODE: i32 = 1 << 16;
 
 impl From<io::Error> for Errno {
     fn from(e: io::Error) -> Errno {
@@ -72,6 +88,9 @@ impl From<io::Error> for Errno {
 
 impl fmt::Debug for Errno {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if *self == Errno::INTERNAL {
+            return f.write_str("internal error of mirrorfs");
+        }
         write!(f, "{} ({})", io::Error::from_raw_os_error(self.0), self.0)
     }
 }
@@ -104,7 +123,10 @@ impl From<Errno> for Refusal {
     fn from(errno: Errno) -> Refusal {
         Refusal {
             errno,
-            why: io::Error::from_raw_os_error(errno.0).to_string(),
+            why: match errno {
+                Errno::INTERNAL => format!("{errno:?}"),
+                _ => io::Error::from_raw_os_error(errno.0).to_string(),
+            },
         }
     }
 }
@@ -118,4 +140,26 @@ impl fmt::Display for Refusal {
 /// `Err(Refusal::new(errno, why))`.
 pub fn refuse<T>(errno: Errno, why: impl Into<String>) -> std::result::Result<T, Refusal> {
     Err(Refusal::new(errno, why))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn internal_faults_reach_the_caller_as_eio_and_say_what_they_are() {
+        assert_eq!(Errno::INTERNAL.for_caller(), libc::EIO);
+        assert_eq!(Errno::EBADMSG.for_caller(), libc::EIO);
+        assert_eq!(Errno::ENOENT.for_caller(), libc::ENOENT);
+        assert_eq!(Errno::EIO.for_caller(), libc::EIO);
+        assert!(
+            Errno::INTERNAL.code() > 4095,
+            "no errno may be mistaken for it"
+        );
+        assert_eq!(format!("{}", Errno::INTERNAL), "internal error of mirrorfs");
+        assert_eq!(
+            Refusal::from(Errno::INTERNAL).why,
+            "internal error of mirrorfs"
+        );
+    }
 }

@@ -177,6 +177,38 @@ fn every_change_reaches_every_leg() {
     assert_eq!(h.attr.nlink, 2);
 }
 
+/// A fault of mirrorfs itself (state it should hold is missing) on one leg's part of a change
+/// is logged and keeps the leg: its disk did nothing wrong. Met on every leg, the caller gets
+/// it (as EIO over FUSE), and still no leg is dropped.
+#[test]
+fn an_internal_fault_drops_no_leg() {
+    let l = legs(2);
+    let fs = open_fs(&l);
+    let c = me();
+    let (_, fh) = new_file(&fs, "f", b"first", &c);
+    fail(&fs, 1, "write", Errno::INTERNAL, Some(1));
+    assert_eq!(fs.write(fh, 0, b"again").unwrap(), 5);
+    assert_eq!(fs.mirror().in_sync_legs(), vec![0, 1]);
+    let errors = |leg: usize| {
+        fs.mirror()
+            .leg(leg)
+            .counters
+            .write_errors
+            .load(Ordering::Relaxed)
+    };
+    assert_eq!((errors(0), errors(1)), (0, 0), "no write error counted");
+    assert_eq!(read_all(&l.paths[0].join("f")), b"again");
+    // Leg 1 missed the write: a scrub finds it (what the log line says).
+    assert_eq!(read_all(&l.paths[1].join("f")), b"first");
+    fail(&fs, 0, "mkdir", Errno::INTERNAL, Some(1));
+    fail(&fs, 1, "mkdir", Errno::INTERNAL, Some(1));
+    let e = fs.mkdir(ROOT_INO, OsStr::new("d"), 0o755, &c).unwrap_err();
+    assert_eq!(e, Errno::INTERNAL);
+    assert_eq!(e.for_caller(), libc::EIO);
+    assert_eq!(fs.mirror().in_sync_legs(), vec![0, 1]);
+    fs.release(fh).unwrap();
+}
+
 #[test]
 fn caller_errors_change_nothing_and_drop_no_leg() {
     let l = legs(2);

@@ -666,6 +666,44 @@ fn write_intent_log_on_and_off() {
     }
 }
 
+/// A file whose own name ends in " (deleted)" (what the kernel appends to a name that is gone)
+/// is an ordinary file: its writes are in the write-intent log under that name.
+#[test]
+fn a_file_named_deleted_is_logged_like_any_other() {
+    require_fuse!();
+    let mut m = TestMirror::new(2).mount();
+    let mnt = m.mnt().to_path_buf();
+    let legs = m.legs().to_vec();
+    fs::create_dir(mnt.join("d")).unwrap();
+    fs::write(mnt.join("d/notes (deleted)"), b"before").unwrap();
+    m.check_and_unmount();
+    // A mount of its own, so that no cover from the creates stands for the file.
+    let mut r = mount_ok(&legs, &mnt, &[]);
+    let pid = daemon_pid(&mnt);
+    let mut f = OpenOptions::new()
+        .append(true)
+        .open(mnt.join("d/notes (deleted)"))
+        .unwrap();
+    let stopped = change_then_stop(pid, || f.write_all(b" and after").unwrap(), || None);
+    for leg in &legs {
+        let rec = log_records(&intent_log(leg));
+        assert!(
+            rec.contains("d/notes (deleted)"),
+            "{} lacks the file: {rec:?}",
+            intent_log(leg).display()
+        );
+    }
+    drop(stopped);
+    drop(f);
+    r.unmount();
+    for leg in &legs {
+        assert_eq!(
+            fs::read(leg.join("d/notes (deleted)")).unwrap(),
+            b"before and after"
+        );
+    }
+}
+
 /// A burst of creates in one directory, and in new directories below it, is logged by one
 /// record, the directory's cover, not one per file; after `kill -9`, what the cover stands for
 /// is made identical before the mount serves: a file whose copy on leg1 lost bytes, one leg1

@@ -14,6 +14,7 @@ use crate::integrity::sum::{self, Sum, BLOCK};
 use crate::integrity::{self, FileSums, Verdict};
 use crate::leg::LegIdx;
 use crate::mirror::outcome::DropReason;
+use crate::mirror::Op;
 use crate::sys;
 use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
@@ -75,7 +76,7 @@ impl MirrorFs {
         }
         let id = sys::random_u64();
         let value = integrity::id_bytes(id);
-        let set = self.mirror.fan_out(legs, "set checksum id", |leg| {
+        let set = self.mirror.fan_out(legs, Op::SetChecksumId, |leg| {
             sys::xattr::set(inode.fd(leg)?.as_fd(), integrity::ID_XATTR, &value, 0)
         });
         *inode.sums.lock() = match set {
@@ -351,7 +352,7 @@ impl MirrorFs {
                 }
             })
             // A repair is no change of the file: the copy keeps the good copy's mtime.
-            .and_then(|()| self.align_mtime(&[from, bad], "repair", |l| inode.fd(l)));
+            .and_then(|()| self.align_mtime(&[from, bad], Op::Repair, |l| inode.fd(l)));
         match r {
             Ok(()) => {
                 leg.counters.read_repairs.fetch_add(1, Ordering::Relaxed);

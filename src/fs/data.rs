@@ -7,6 +7,7 @@ use crate::errno::{Errno, Result};
 use crate::leg::LegIdx;
 use crate::mirror::outcome::DropReason;
 use crate::mirror::FailedRead;
+use crate::mirror::Op;
 use crate::policy::{ReadPlan, ReadRequest};
 use crate::sys;
 use crate::sys::aligned::AlignedBuf;
@@ -131,7 +132,7 @@ impl MirrorFs {
             .copied()
             .filter(|l| !later.contains(l))
             .collect();
-        let opened = self.mirror.fan_out(&now, "open", |leg| {
+        let opened = self.mirror.fan_out(&now, Op::Open, |leg| {
             let fd = inode.fd(leg)?;
             let fd = fd.as_fd();
             let open = |f| sys::fd::reopen(fd, f);
@@ -267,7 +268,7 @@ impl MirrorFs {
         // The new file's checksum identity goes on each copy before its attributes are read
         // for the reply, so the ctime the kernel caches is already the final one.
         let id = self.new_checksum_id();
-        let made = self.mirror.fan_out(&legs, "create", |leg| {
+        let made = self.mirror.fan_out(&legs, Op::Create, |leg| {
             let dir = p.fd(leg)?;
             let dir = dir.as_fd();
             let (file, direct) = {
@@ -453,7 +454,7 @@ impl MirrorFs {
                         let fd = match cached {
                             Some(fd) => fd,
                             None => {
-                                let inode = inode.upgrade().ok_or(Errno::EIO)?;
+                                let inode = inode.upgrade().ok_or(Errno::INTERNAL)?;
                                 let on_leg = inode.fd(leg)?;
                                 let flags =
                                     libc::O_RDONLY | if direct { libc::O_DIRECT } else { 0 };
@@ -516,7 +517,7 @@ impl MirrorFs {
             .and_then(|()| sys::fd::reopen(inode.fd(bad)?.as_fd(), libc::O_WRONLY))
             .and_then(|fd| sys::fd::pwrite_full(fd.as_fd(), &good, f.offset))
             // A repair is no change of the file: the copy keeps the good copy's mtime.
-            .and_then(|_| self.align_mtime(&[good_leg, bad], "repair", |l| inode.fd(l)));
+            .and_then(|_| self.align_mtime(&[good_leg, bad], Op::Repair, |l| inode.fd(l)));
         if r.is_ok() {
             self.recovery.stamp(&[inode.ino]);
         }
@@ -583,7 +584,7 @@ impl MirrorFs {
         let written = match self.mirror.leg_timeout() {
             None => self
                 .mirror
-                .fan_out_file(&legs, "write", Some(h.inode.ino), |leg| {
+                .fan_out_file(&legs, Op::Write, Some(h.inode.ino), |leg| {
                     let buf = match (&aligned, h.is_direct(leg)) {
                         (Some(a), true) => a.as_slice(),
                         _ => data,
@@ -596,7 +597,7 @@ impl MirrorFs {
                 let plain: Arc<[u8]> = Arc::from(data);
                 let aligned = aligned.map(Arc::new);
                 self.mirror
-                    .fan_out_owned(&legs, "write", Some(h.inode.ino), |leg| {
+                    .fan_out_owned(&legs, Op::Write, Some(h.inode.ino), |leg| {
                         let fd = h.fd(leg)?;
                         let op: crate::mirror::deadline::OwnedOp<usize> =
                             match (&aligned, h.is_direct(leg)) {
@@ -642,7 +643,7 @@ impl MirrorFs {
         if !h.wrote.swap(false, Ordering::AcqRel) {
             return Ok(());
         }
-        self.align_mtime(&self.writable_legs(h), "set mtime", |leg| h.fd(leg))?;
+        self.align_mtime(&self.writable_legs(h), Op::SetMtime, |leg| h.fd(leg))?;
         // That moved the copies' ctimes, maybe after the sweep stamped the file as settled.
         self.recovery.stamp(&[h.inode.ino]);
         Ok(())
@@ -679,7 +680,7 @@ impl MirrorFs {
         self.align_mtimes(&h)?;
         let legs = self.writable_legs(&h);
         self.mirror
-            .fan_out_owned(&legs, "fsync", None, |leg| {
+            .fan_out_owned(&legs, Op::Fsync, None, |leg| {
                 let fd = h.fd(leg)?;
                 Ok(Box::new(move || sys::fd::fsync(fd.as_fd(), datasync)))
             })
@@ -716,7 +717,7 @@ impl MirrorFs {
             // Verified before the data moves, so rot does not move into a fresh checksum.
             self.verify_whole(&h.inode, f)?;
         }
-        self.mirror.fan_out(&legs, "fallocate", |leg| {
+        self.mirror.fan_out(&legs, Op::Fallocate, |leg| {
             sys::fd::fallocate(h.fd(leg)?.as_fd(), mode, offset, length)
         })?;
         h.wrote.store(true, Ordering::Relaxed);
@@ -769,7 +770,7 @@ impl MirrorFs {
         self.will_change(&ho.inode);
         let _data = ho.inode.data_lock.read();
         let _change = ho.inode.data_change();
-        let copied = self.mirror.fan_out(&legs, "copy_file_range", |leg| {
+        let copied = self.mirror.fan_out(&legs, Op::CopyFileRange, |leg| {
             sys::fd::copy_file_range_full(
                 hi.fd(leg)?.as_fd(),
                 off_in,

@@ -4,6 +4,7 @@ use super::handle::{DirEntry, OpenDir};
 use super::inode::{Identity, ROOT_INO};
 use super::{attr, Caller, Entry, InodeRef, MirrorFs};
 use crate::errno::{Errno, Result};
+use crate::mirror::Op;
 use crate::sys;
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
@@ -279,7 +280,7 @@ impl MirrorFs {
         let inode = self.inodes.get(ino)?;
         let legs = self.legs_for(&inode);
         self.mirror
-            .fan_out(&legs, "fsyncdir", |leg| {
+            .fan_out(&legs, Op::Fsyncdir, |leg| {
                 let d = sys::fd::open_dir_for_read(inode.fd(leg)?.as_fd())?;
                 sys::fd::fsync(std::os::fd::AsFd::as_fd(&d), datasync)
             })

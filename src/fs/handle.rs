@@ -155,10 +155,12 @@ impl OpenFile {
     }
 
     pub fn fd(&self, leg: LegIdx) -> Result<Arc<LegFd>> {
-        let cell = self.fds.get(leg).ok_or(Errno::EIO)?;
+        // No slot, or no descriptor on a leg this open has none on: a fault of ours (the
+        // caller should have kept to the open's legs), never taken for the leg's.
+        let cell = self.fds.get(leg).ok_or(Errno::INTERNAL)?;
         match &*cell.read() {
             Slot::Open(f) => return Ok(f.clone()),
-            Slot::Absent => return Err(Errno::EIO),
+            Slot::Absent => return Err(Errno::INTERNAL),
             Slot::Later => {}
         }
         let mut slot = cell.write();
@@ -166,7 +168,7 @@ impl OpenFile {
             return Ok(f.clone());
         }
         if matches!(*slot, Slot::Absent) {
-            return Err(Errno::EIO);
+            return Err(Errno::INTERNAL);
         }
         let path = self.inode.fd(leg)?;
         let (fd, direct) =

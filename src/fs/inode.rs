@@ -157,23 +157,24 @@ impl Inode {
 
     /// This object's `O_PATH` descriptor on `leg`, reopened through its file handle if the
     /// cache had closed it, or looked for there first if it was not yet (a quiet leg). ENOENT
-    /// if the object is gone from the leg.
+    /// if the object is gone from the leg; [`Errno::INTERNAL`] if it was never found there and
+    /// is not to be looked for (the caller should have asked [`has_leg`](Self::has_leg)).
     pub fn fd(self: &Arc<Self>, leg: LegIdx) -> Result<Arc<OwnedFd>> {
         match self.objects.get(leg).and_then(|o| o.read().clone()) {
             Some(obj) => self.object_fd(&obj, leg),
             None if self.lazy_on(leg) => self.resolve(leg),
-            None => Err(Errno::EIO),
+            None => Err(Errno::INTERNAL),
         }
     }
 
     /// The descriptor on `leg` if the object was found there (never looks for it: a lazy
-    /// leg answers EIO).
+    /// leg answers [`Errno::INTERNAL`]).
     pub fn found_fd(self: &Arc<Self>, leg: LegIdx) -> Result<Arc<OwnedFd>> {
         let obj = self
             .objects
             .get(leg)
             .and_then(|o| o.read().clone())
-            .ok_or(Errno::EIO)?;
+            .ok_or(Errno::INTERNAL)?;
         self.object_fd(&obj, leg)
     }
 
@@ -197,9 +198,9 @@ impl Inode {
             return self.object_fd(&obj, leg);
         }
         if !self.lazy_on(leg) {
-            return Err(Errno::EIO);
+            return Err(Errno::INTERNAL);
         }
-        let resolver = self.cache.resolver.get().ok_or(Errno::EIO)?;
+        let resolver = self.cache.resolver.get().ok_or(Errno::INTERNAL)?;
         let Some((fd, dev)) = resolver(self, leg)? else {
             self.clear_lazy(leg);
             return Err(Errno::ENOENT);
@@ -223,8 +224,11 @@ impl Inode {
         if let Some(fd) = slot.as_ref() {
             return Ok(fd.clone());
         }
-        let handle = obj.handle.as_ref().ok_or(Errno::EIO)?;
-        let mount = self.cache.mount_fds[leg].read().clone().ok_or(Errno::EIO)?;
+        let handle = obj.handle.as_ref().ok_or(Errno::INTERNAL)?;
+        let mount = self.cache.mount_fds[leg]
+            .read()
+            .clone()
+            .ok_or(Errno::INTERNAL)?;
         let fd = match sys::fd::open_by_handle(mount.as_fd(), handle) {
             Ok(fd) => Arc::new(fd),
             Err(Errno::ESTALE) => return Err(Errno::ENOENT),

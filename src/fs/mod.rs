@@ -28,6 +28,7 @@ use crate::leg::{Leg, LegIdx};
 use crate::meta::superblock::LegSuperblock;
 use crate::mirror::outcome::{is_leg_fault, DropReason};
 use crate::mirror::Mirror;
+use crate::mirror::Op;
 use crate::policy::ReadPolicy;
 use crate::recovery::Recovery;
 use crate::sys;
@@ -358,8 +359,29 @@ impl MirrorFs {
     /// Records durably that `inode` is about to change (write-intent and away logs; see
     /// [`crate::meta::changes`]). Call before the change reaches any leg.
     fn will_change(&self, inode: &InodeRef) {
-        self.mirror
-            .will_change(inode.ino, || self.leg_relpath(inode));
+        self.mirror.will_change(inode.ino, || {
+            let p = self.leg_relpath(inode);
+            if p.is_none() && self.has_other_names(inode) {
+                // Not yet recorded by identity: the name it was reached by is gone, and which
+                // of its others stands is not known here.
+                log::warn!(
+                    "inode {}: changed through a name removed while another link stands; it is \
+                     not in the write-intent log, so after a crash now only a scrub compares \
+                     its copies",
+                    inode.ino
+                );
+            }
+            p
+        });
+    }
+
+    /// Whether `inode` still has names on the metadata leg (a link count above 0).
+    fn has_other_names(&self, inode: &InodeRef) -> bool {
+        let leg = self.mirror.metadata_leg();
+        inode
+            .fd(leg)
+            .and_then(|fd| sys::fd::fstat(fd.as_fd()))
+            .is_ok_and(|st| st.st_nlink > 0)
     }
 
     /// As [`will_change`](Self::will_change) for a directory about to get a new entry: see
@@ -416,7 +438,7 @@ impl MirrorFs {
     /// Gives the copies on `legs[1..]` the mtime the copy on `legs[0]` has, so the copies stay
     /// identical to tools that compare times (tar -d, rsync). Each leg stamps its own clock
     /// when it creates, writes or truncates; this runs after those.
-    fn align_mtime<D, F>(&self, legs: &[LegIdx], what: &str, fd_of: F) -> Result<()>
+    fn align_mtime<D, F>(&self, legs: &[LegIdx], what: Op, fd_of: F) -> Result<()>
     where
         D: std::os::fd::AsFd,
         F: Fn(LegIdx) -> Result<D> + Sync,
@@ -425,7 +447,7 @@ impl MirrorFs {
     }
 
     /// As [`align_mtime`](Self::align_mtime), the atime as well when `atime` is set.
-    fn align_times<D, F>(&self, legs: &[LegIdx], what: &str, atime: bool, fd_of: F) -> Result<()>
+    fn align_times<D, F>(&self, legs: &[LegIdx], what: Op, atime: bool, fd_of: F) -> Result<()>
     where
         D: std::os::fd::AsFd,
         F: Fn(LegIdx) -> Result<D> + Sync,
@@ -574,8 +596,13 @@ fn relpath(mirror: &Mirror, inode: &InodeRef) -> Option<Vec<u8>> {
 }
 
 /// The path of the object whose descriptor on `leg` is `fd`, relative to the legs' root (`.`
-/// for the root), as the kernel remembers it: `Some(None)` when the name it was found by is
-/// gone (deleted while open); None if it cannot be read or is not under the leg.
+/// for the root), as the kernel remembers it: `Some(None)` when that name no longer leads to
+/// the object (deleted while open, or, for a hard-linked file, the name it was found by
+/// removed while another stands); None if it cannot be read or is not under the leg.
+///
+/// Whether the name still leads to the object is asked of the objects, never read from the
+/// name: the kernel appends " (deleted)" to a name that is gone, and a file may have a name of
+/// its own that ends so.
 fn path_on(
     mirror: &Mirror,
     leg: LegIdx,
@@ -583,14 +610,19 @@ fn path_on(
 ) -> Option<Option<Vec<u8>>> {
     let p = sys::fd::path_of(fd).ok()?;
     let rel = p.strip_prefix(mirror.leg(leg).path()).ok()?;
-    let bytes = rel.as_os_str().as_bytes();
-    if bytes.ends_with(b" (deleted)") {
+    let rel = match rel.as_os_str().as_bytes() {
+        b"" => b".".to_vec(),
+        b => b.to_vec(),
+    };
+    let st = sys::fd::fstat(fd).ok()?;
+    if st.st_nlink == 0 {
         return Some(None);
     }
-    Some(Some(match bytes.is_empty() {
-        true => b".".to_vec(),
-        false => bytes.to_vec(),
-    }))
+    let root = mirror.leg(leg).root().ok()?;
+    let same = sys::fd::open_beneath(root.as_fd(), &rel)
+        .and_then(|o| sys::fd::fstat(o.as_fd()))
+        .is_ok_and(|o| (o.st_dev, o.st_ino) == (st.st_dev, st.st_ino));
+    Some(same.then_some(rel))
 }
 
 /// Shared by the submodules: the inode, as an `Arc`.

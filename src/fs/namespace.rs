@@ -4,6 +4,7 @@ use super::{attr, Caller, Entry, InodeRef, MirrorFs, SetAttr, TimeSpec};
 use crate::errno::{Errno, Result};
 use crate::leg::LegIdx;
 use crate::mirror::outcome::{reconcile, DropReason};
+use crate::mirror::Op;
 use crate::sys;
 use crate::sys::creds::CallerCredsGuard;
 use crate::sys::fd::Stat;
@@ -54,6 +55,7 @@ impl MirrorFs {
             })
             .collect();
         let out = reconcile(results);
+        self.mirror.internal_faults("lookup", &out.internal);
         for (leg, why) in out.drop {
             self.mirror.mark_failed(leg, "lookup", why);
         }
@@ -109,7 +111,7 @@ impl MirrorFs {
         parent: u64,
         name: &OsStr,
         caller: &Caller,
-        what: &str,
+        what: Op,
         id: Option<u64>,
         make: impl Fn(BorrowedFd<'_>, &CStr) -> Result<()> + Sync,
     ) -> Result<Entry> {
@@ -154,7 +156,7 @@ impl MirrorFs {
             // below (a leg dropped by fan_out) must not turn into an error for the caller.
             let inode = self.inodes.get(entry.attr.ino.0)?;
             let legs = self.legs_for(&inode);
-            if let Err(e) = self.align_mtime(&legs, "set mtime", |leg| inode.fd(leg)) {
+            if let Err(e) = self.align_mtime(&legs, Op::SetMtime, |leg| inode.fd(leg)) {
                 log::warn!("{what}: cannot align the new node's mtime: {e}");
             }
             if let Ok(attr) = self.stat_inode(&inode) {
@@ -176,13 +178,13 @@ impl MirrorFs {
             0 | libc::S_IFREG => self.new_checksum_id(),
             _ => None,
         };
-        self.create_node(parent, name, caller, "mknod", id, |dir, n| {
+        self.create_node(parent, name, caller, Op::Mknod, id, |dir, n| {
             sys::fd::mknod_at(dir, n, mode, rdev as u64)
         })
     }
 
     pub fn mkdir(&self, parent: u64, name: &OsStr, mode: u32, caller: &Caller) -> Result<Entry> {
-        self.create_node(parent, name, caller, "mkdir", None, |dir, n| {
+        self.create_node(parent, name, caller, Op::Mkdir, None, |dir, n| {
             sys::fd::mkdir_at(dir, n, mode)
         })
     }
@@ -195,7 +197,7 @@ impl MirrorFs {
         caller: &Caller,
     ) -> Result<Entry> {
         let t = std::ffi::CString::new(target.as_bytes()).map_err(|_| Errno::EINVAL)?;
-        self.create_node(parent, name, caller, "symlink", None, |dir, n| {
+        self.create_node(parent, name, caller, Op::Symlink, None, |dir, n| {
             sys::fd::symlink_at(&t, dir, n)
         })
     }
@@ -219,7 +221,7 @@ impl MirrorFs {
         // A cover: an `rm -rf` or a `find -delete` pays a few records, not one per directory.
         self.will_change_dir(&p);
         let legs = self.legs_for(&p);
-        let what = if dir_entry { "rmdir" } else { "unlink" };
+        let what = if dir_entry { Op::Rmdir } else { Op::Unlink };
         let (last_link, shared) = if dir_entry {
             (None, None)
         } else {
@@ -309,7 +311,7 @@ impl MirrorFs {
             .mirror
             .renaming(names, exchange, (parent, newparent), dirs);
         let _change = self.names.begin();
-        let r = self.mirror.fan_out(&legs, "rename", |leg| {
+        let r = self.mirror.fan_out(&legs, Op::Rename, |leg| {
             let (from, to) = (p.fd(leg)?, np.fd(leg)?);
             self.checked(caller, || {
                 sys::fd::rename_at(from.as_fd(), &old, to.as_fd(), &new, flags)
@@ -353,7 +355,7 @@ impl MirrorFs {
             .then(|| self.leg_relpath(&inode))
             .map(|p| p.ok_or(Errno::ENOENT))
             .transpose()?;
-        self.mirror.fan_out(&legs, "link", |leg| {
+        self.mirror.fan_out(&legs, Op::Link, |leg| {
             let dir = np.fd(leg)?;
             match &source {
                 None => sys::fd::link_at(inode.fd(leg)?.as_fd(), dir.as_fd(), &new),
@@ -464,7 +466,7 @@ impl MirrorFs {
             (Some(f), Some(size)) => self.tail_sum(&inode, f, size)?,
             _ => None,
         };
-        self.mirror.fan_out(&legs, "setattr", |leg| {
+        self.mirror.fan_out(&legs, Op::Setattr, |leg| {
             let fd = inode.fd(leg)?;
             let fd = fd.as_fd();
             if let Some(size) = set.size {
@@ -511,11 +513,11 @@ impl MirrorFs {
         if touch {
             // Each leg stamped its own clock.
             let legs = self.legs_for(&inode);
-            self.align_times(&legs, "set times", true, |leg| inode.fd(leg))?;
+            self.align_times(&legs, Op::SetTimes, true, |leg| inode.fd(leg))?;
         } else if set.size.is_some() && set.mtime.is_none() {
             // Each leg stamped its own clock if the size changed.
             let legs = self.legs_for(&inode);
-            self.align_mtime(&legs, "set mtime", |leg| inode.fd(leg))?;
+            self.align_mtime(&legs, Op::SetMtime, |leg| inode.fd(leg))?;
         }
         self.stat_inode(&inode)
     }
@@ -567,7 +569,7 @@ impl MirrorFs {
     /// Sets `inode`'s permission bits to `mode` on every leg it is in sync on, as the daemon.
     pub(super) fn set_mode_everywhere(&self, inode: &InodeRef, mode: u32) -> Result<()> {
         let legs = self.legs_for(inode);
-        self.mirror.fan_out(&legs, "drop setuid", |leg| {
+        self.mirror.fan_out(&legs, Op::DropSetuid, |leg| {
             sys::fd::chmod(inode.fd(leg)?.as_fd(), mode)
         })?;
         Ok(())

@@ -67,7 +67,7 @@ pub fn resolver(
     table: Weak<InodeTable>,
 ) -> super::inode::Resolver {
     Box::new(move |inode, leg| {
-        let table = table.upgrade().ok_or(Errno::EIO)?;
+        let table = table.upgrade().ok_or(Errno::INTERNAL)?;
         find(&mirror, &names, &table, inode, leg)
     })
 }

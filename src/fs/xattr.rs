@@ -6,6 +6,7 @@
 use super::inode::CONTROL_INO;
 use super::{Caller, MirrorFs, XattrReply};
 use crate::errno::{Errno, Result};
+use crate::mirror::Op;
 use crate::sys;
 use std::ffi::{CString, OsStr};
 use std::os::fd::AsFd;
@@ -69,7 +70,7 @@ impl MirrorFs {
         self.mirror.check_space(&legs, value.len() as u64)?;
         self.will_change(&inode);
         self.mirror
-            .fan_out(&legs, "setxattr", |leg| {
+            .fan_out(&legs, Op::Setxattr, |leg| {
                 let fd = inode.fd(leg)?;
                 self.checked(caller, || sys::xattr::set(fd.as_fd(), &cname, value, flags))
             })
@@ -166,7 +167,7 @@ impl MirrorFs {
         self.will_change(&inode);
         let legs = self.legs_for(&inode);
         self.mirror
-            .fan_out(&legs, "removexattr", |leg| {
+            .fan_out(&legs, Op::Removexattr, |leg| {
                 let fd = inode.fd(leg)?;
                 self.checked(caller, || sys::xattr::remove(fd.as_fd(), &cname))
             })

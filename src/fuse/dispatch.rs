@@ -82,6 +82,7 @@ fn log_err(op: &str, e: Errno) {
         | libc::EINVAL
         | libc::EXDEV
         | libc::ENOTSUP => log::debug!("{op}: {e}"),
+        _ if e == Errno::INTERNAL => log::error!("{op}: {e}"),
         _ => log::warn!("{op}: {e}"),
     }
 }
@@ -92,7 +93,7 @@ fn answer<T>(op: &str, r: Result<T>, ok: impl FnOnce(T) -> Answer) -> Answer {
         Ok(v) => ok(v),
         Err(e) => {
             log_err(op, e);
-            Answer::Error(e.code())
+            Answer::Error(e.for_caller())
         }
     }
 }
@@ -456,7 +457,7 @@ impl MirrorFuse {
             Ok(o) => o,
             Err(e) => {
                 log_err("open", e);
-                return Answer::Error(e.code());
+                return Answer::Error(e.for_caller());
             }
         };
         match o.passthrough.as_ref().filter(|_| self.neg.passthrough) {

@@ -16,6 +16,7 @@
 //! This is sound because [`LegWorkers::run`] never returns before every job it sent has
 //! finished (each job reports through a channel even if the operation panics).
 
+use super::op::Op;
 use crate::leg::LegIdx;
 use crossbeam_channel::{unbounded, Sender};
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -23,18 +24,15 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-/// Kinds of operation told apart by [`OpCosts`] (by a hash of their name; two names sharing a
-/// slot share an estimate, which only makes it coarser).
-const COST_SLOTS: usize = 32;
-
 /// A part of an operation expected to take less than this (µs) on every leg but the first is
 /// run on the calling thread, after the first's.
 pub const INLINE_BELOW_US: u32 = 50;
 
-/// What each kind of operation has cost lately on each leg: a moving average of its running
-/// times in microseconds (a new sample counts for a quarter; a slower one at once for half).
+/// What each kind of operation ([`Op`]: each its own estimate) has cost lately on each leg: a
+/// moving average of its running times in microseconds (a new sample counts for a quarter; a
+/// slower one at once for half).
 pub struct OpCosts {
-    legs: Vec<[AtomicU32; COST_SLOTS]>,
+    legs: Vec<[AtomicU32; Op::ALL.len()]>,
 }
 
 impl OpCosts {
@@ -46,24 +44,16 @@ impl OpCosts {
         }
     }
 
-    /// The slot of the operation called `what` (FNV-1a).
-    pub fn slot(what: &str) -> usize {
-        let h = what.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-        });
-        (h % COST_SLOTS as u64) as usize
-    }
-
-    /// The estimate for `slot` on `leg`, in µs (0 until measured).
-    pub fn get(&self, leg: LegIdx, slot: usize) -> u32 {
+    /// The estimate for `op` on `leg`, in µs (0 until measured).
+    pub fn get(&self, leg: LegIdx, op: Op) -> u32 {
         self.legs
             .get(leg)
-            .map_or(0, |l| l[slot % COST_SLOTS].load(Ordering::Relaxed))
+            .map_or(0, |l| l[op as usize].load(Ordering::Relaxed))
     }
 
-    /// One run of `slot` on `leg` took `us`.
-    pub fn record(&self, leg: LegIdx, slot: usize, us: u32) {
-        let Some(cell) = self.legs.get(leg).map(|l| &l[slot % COST_SLOTS]) else {
+    /// One run of `op` on `leg` took `us`.
+    pub fn record(&self, leg: LegIdx, op: Op, us: u32) {
+        let Some(cell) = self.legs.get(leg).map(|l| &l[op as usize]) else {
             return;
         };
         let old = cell.load(Ordering::Relaxed);
@@ -75,12 +65,12 @@ impl OpCosts {
         cell.store(new, Ordering::Relaxed);
     }
 
-    /// Whether the parts of `slot` on every leg of `legs` after the first are cheap enough to
+    /// Whether the parts of `op` on every leg of `legs` after the first are cheap enough to
     /// run on the calling thread.
-    pub fn cheap(&self, legs: &[LegIdx], slot: usize) -> bool {
+    pub fn cheap(&self, legs: &[LegIdx], op: Op) -> bool {
         legs.iter()
             .skip(1)
-            .all(|&l| self.get(l, slot) < INLINE_BELOW_US)
+            .all(|&l| self.get(l, op) < INLINE_BELOW_US)
     }
 }
 
@@ -187,14 +177,14 @@ impl LegWorkers {
 }
 
 impl LegWorkers {
-    /// As [`run`](Self::run) for the operation whose cost slot is `slot` ([`OpCosts::slot`]):
-    /// each part is timed into `costs`, and when the parts of the legs after the first are all
-    /// cheap ([`OpCosts::cheap`]) they run on this thread, one after another, instead of on
-    /// their workers. Every part runs either way; a panic is raised once all have.
+    /// As [`run`](Self::run) for an operation of the kind `kind`: each part is timed into
+    /// `costs`, and when the parts of the legs after the first are all cheap
+    /// ([`OpCosts::cheap`]) they run on this thread, one after another, instead of on their
+    /// workers. Every part runs either way; a panic is raised once all have.
     pub fn run_costed<T, F>(
         &self,
         costs: &OpCosts,
-        slot: usize,
+        kind: Op,
         legs: &[LegIdx],
         op: F,
     ) -> Vec<(LegIdx, T)>
@@ -206,10 +196,10 @@ impl LegWorkers {
             let t = Instant::now();
             let r = op(leg);
             let us = u32::try_from(t.elapsed().as_micros()).unwrap_or(u32::MAX);
-            costs.record(leg, slot, us);
+            costs.record(leg, kind, us);
             r
         };
-        if legs.len() < 2 || !costs.cheap(legs, slot) {
+        if legs.len() < 2 || !costs.cheap(legs, kind) {
             return self.run(legs, timed);
         }
         let results: Vec<(LegIdx, std::thread::Result<T>)> = legs
@@ -288,7 +278,7 @@ mod tests {
     #[test]
     fn costs_learn_what_is_slow_and_forget_it() {
         let c = OpCosts::new(2);
-        let (fsync, mkdir) = (OpCosts::slot("fsync"), OpCosts::slot("mkdir"));
+        let (fsync, mkdir) = (Op::Fsync, Op::Mkdir);
         assert!(c.cheap(&[0, 1], fsync), "unmeasured: cheap");
         c.record(1, fsync, 8_000);
         assert!(!c.cheap(&[0, 1], fsync), "one slow fsync on leg1 is enough");
@@ -296,11 +286,22 @@ mod tests {
             c.cheap(&[1, 0], fsync),
             "the first leg's part always runs here"
         );
-        if mkdir != fsync {
-            assert!(
-                c.cheap(&[0, 1], mkdir),
-                "another kind keeps its own estimate"
-            );
+        assert!(
+            c.cheap(&[0, 1], mkdir),
+            "another kind keeps its own estimate"
+        );
+        // The kinds a hash of their names once put together: each its own now.
+        for (fast, slow) in [
+            (Op::Write, Op::Setattr),
+            (Op::Open, Op::Link),
+            (Op::Create, Op::CopyFileRange),
+        ] {
+            for _ in 0..40 {
+                c.record(1, fast, 5);
+            }
+            c.record(1, slow, 20_000);
+            assert!(c.cheap(&[0, 1], fast), "{fast:?}");
+            assert!(!c.cheap(&[0, 1], slow), "{slow:?} after {fast:?}");
         }
         for _ in 0..40 {
             c.record(1, fsync, 10);
@@ -318,7 +319,7 @@ mod tests {
     fn cheap_parts_run_here_and_slow_ones_on_the_workers() {
         let w = LegWorkers::new(2, 1).unwrap();
         let c = OpCosts::new(2);
-        let slot = OpCosts::slot("op");
+        let slot = Op::Setattr;
         let here = std::thread::current().id();
         let out = w.run_costed(&c, slot, &[0, 1], |_| std::thread::current().id() == here);
         assert_eq!(out, vec![(0, true), (1, true)]);

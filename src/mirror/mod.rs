@@ -4,6 +4,7 @@
 pub mod deadline;
 pub mod fanout;
 pub mod fault;
+pub mod op;
 pub mod outcome;
 pub mod readahead;
 pub mod reads;
@@ -17,6 +18,7 @@ use crate::meta::superblock::LegSuperblock;
 use crate::policy::{LegView, ReadPlan, ReadPolicy, ReadRequest};
 use fanout::LegWorkers;
 use fault::{FaultRule, Faults};
+pub use op::Op;
 use outcome::{reconcile, DropReason};
 use parking_lot::{Mutex, RwLock};
 use reads::{HandOver, ReadHistory, ServiceFigures};
@@ -289,7 +291,7 @@ impl Mirror {
     pub fn fan_out_owned<T, F>(
         &self,
         legs: &[LegIdx],
-        what: &str,
+        kind: Op,
         file: Option<u64>,
         make: F,
     ) -> Result<Vec<(LegIdx, T)>>
@@ -298,8 +300,9 @@ impl Mirror {
         F: Fn(LegIdx) -> Result<deadline::OwnedOp<T>> + Sync,
     {
         let Some(timeout) = self.leg_timeout() else {
-            return self.fan_out_file(legs, what, file, |leg| make(leg)?());
+            return self.fan_out_file(legs, kind, file, |leg| make(leg)?());
         };
+        let what = kind.name();
         let kept = self.not_failed(legs)?;
         let until = deadline::deadline(Some(timeout));
         let mut results: Vec<(LegIdx, Result<T>)> = Vec::with_capacity(kept.len());
@@ -428,12 +431,12 @@ impl Mirror {
 
     /// Runs `op` on every leg in `legs` in parallel, reconciles the answers, drops legs that
     /// failed or disagreed, and returns the successful legs' values (or the caller's error).
-    pub fn fan_out<T, F>(&self, legs: &[LegIdx], what: &str, op: F) -> Result<Vec<(LegIdx, T)>>
+    pub fn fan_out<T, F>(&self, legs: &[LegIdx], kind: Op, op: F) -> Result<Vec<(LegIdx, T)>>
     where
         T: Send + 'static,
         F: Fn(LegIdx) -> Result<T> + Sync,
     {
-        self.fan_out_file(legs, what, None, op)
+        self.fan_out_file(legs, kind, None, op)
     }
 
     /// As [`fan_out`](Self::fan_out), for an operation on one file (inode number `file`), so
@@ -441,7 +444,7 @@ impl Mirror {
     pub fn fan_out_file<T, F>(
         &self,
         legs: &[LegIdx],
-        what: &str,
+        kind: Op,
         file: Option<u64>,
         op: F,
     ) -> Result<Vec<(LegIdx, T)>>
@@ -450,8 +453,8 @@ impl Mirror {
         F: Fn(LegIdx) -> Result<T> + Sync,
     {
         let kept = self.not_failed(legs)?;
-        let slot = fanout::OpCosts::slot(what);
-        let results = self.workers.run_costed(&self.op_costs, slot, &kept, |leg| {
+        let what = kind.name();
+        let results = self.workers.run_costed(&self.op_costs, kind, &kept, |leg| {
             let _inflight = InflightGuard::new(&self.legs[leg]);
             self.faults.check_file(leg, what, file)?;
             op(leg)
@@ -464,6 +467,7 @@ impl Mirror {
     /// caller's error).
     fn settle<T>(&self, what: &str, results: Vec<(LegIdx, Result<T>)>) -> Result<Vec<(LegIdx, T)>> {
         let out = reconcile(results);
+        self.internal_faults(what, &out.internal);
         for (leg, why) in out.drop {
             if matches!(why, DropReason::LegFault(_)) {
                 self.legs[leg]
@@ -474,6 +478,19 @@ impl Mirror {
             self.mark_failed(leg, what, why);
         }
         out.answer
+    }
+
+    /// Says that `legs`' parts of `what` met a fault of mirrorfs itself ([`Errno::INTERNAL`]):
+    /// an error in the log, and the legs kept, since their disks did nothing wrong. Their copy
+    /// of what `what` changed may differ from the others' until a scrub finds it.
+    pub fn internal_faults(&self, what: &str, legs: &[LegIdx]) {
+        for &leg in legs {
+            log::error!(
+                "leg {leg} ('{}'): {what}: internal error of mirrorfs (state it should hold is \
+                 missing); the leg is kept, and a scrub finds any copy this left different",
+                self.legs[leg].path().display()
+            );
+        }
     }
 
     /// Drops `leg` from the mirror: it gets no more reads or writes, and every surviving leg's

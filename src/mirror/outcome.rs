@@ -51,6 +51,9 @@ pub struct Outcome<T> {
     pub answer: Result<Vec<(LegIdx, T)>, Errno>,
     /// Legs that must be marked failed, and why.
     pub drop: Vec<(LegIdx, DropReason)>,
+    /// Legs whose part met a fault of mirrorfs itself ([`Errno::INTERNAL`]): never dropped
+    /// for it (the disk did nothing wrong), but their copy may now differ: the caller logs it.
+    pub internal: Vec<LegIdx>,
 }
 
 /// Reconciles per-leg results (in leg order).
@@ -63,50 +66,59 @@ pub struct Outcome<T> {
 ///   dropped, legs with another caller-class error disagreed and are dropped); if every error
 ///   is I/O-class, the first one is returned and nobody is dropped (the array cannot drop its
 ///   last legs; the error reaches the caller instead).
+///
+/// A leg that answered [`Errno::INTERNAL`] (a fault of mirrorfs, not of the leg) is left out of
+/// all that and listed in `internal`: never dropped; the others decide, and when none is left,
+/// the caller gets the internal error.
 pub fn reconcile<T>(results: Vec<(LegIdx, Result<T, Errno>)>) -> Outcome<T> {
     let mut ok = Vec::new();
     let mut errs = Vec::new();
+    let mut internal = Vec::new();
     for (leg, r) in results {
         match r {
             Ok(v) => ok.push((leg, v)),
+            Err(Errno::INTERNAL) => internal.push(leg),
             Err(e) => errs.push((leg, e)),
         }
     }
+    let (answer, drop) = decide(ok, errs, !internal.is_empty());
+    Outcome {
+        answer,
+        drop,
+        internal,
+    }
+}
+
+type Decision<T> = (Result<Vec<(LegIdx, T)>, Errno>, Vec<(LegIdx, DropReason)>);
+
+/// [`reconcile`]'s rules for the legs that did not meet an internal fault (`internal`: some
+/// did).
+fn decide<T>(ok: Vec<(LegIdx, T)>, errs: Vec<(LegIdx, Errno)>, internal: bool) -> Decision<T> {
     if !ok.is_empty() {
         let drop = errs
             .into_iter()
             .map(|(leg, e)| (leg, DropReason::for_error(e)))
             .collect();
-        return Outcome {
-            answer: Ok(ok),
-            drop,
-        };
+        return (Ok(ok), drop);
     }
     let Some(&(_, first)) = errs.first() else {
-        return Outcome {
-            answer: Ok(Vec::new()),
-            drop: Vec::new(),
+        return match internal {
+            true => (Err(Errno::INTERNAL), Vec::new()),
+            false => (Ok(Vec::new()), Vec::new()),
         };
     };
     if errs.iter().all(|&(_, e)| e == first) {
-        return Outcome {
-            answer: Err(first),
-            drop: Vec::new(),
-        };
+        return (Err(first), Vec::new());
     }
     match errs.iter().find(|&&(_, e)| !is_leg_fault(e)) {
-        Some(&(_, chosen)) => Outcome {
-            answer: Err(chosen),
-            drop: errs
-                .iter()
+        Some(&(_, chosen)) => (
+            Err(chosen),
+            errs.iter()
                 .filter(|&&(_, e)| e != chosen)
                 .map(|&(leg, e)| (leg, DropReason::for_error(e)))
                 .collect(),
-        },
-        None => Outcome {
-            answer: Err(first),
-            drop: Vec::new(),
-        },
+        ),
+        None => (Err(first), Vec::new()),
     }
 }
 
@@ -154,6 +166,34 @@ mod tests {
         let o = reconcile::<()>(vec![(0, Err(Errno::EIO)), (1, Err(Errno::EROFS))]);
         assert_eq!(o.answer, Err(Errno::EIO));
         assert!(o.drop.is_empty());
+    }
+
+    #[test]
+    fn an_internal_fault_drops_no_leg() {
+        // Beside a success: the others' answer, the leg kept and named.
+        let o = reconcile(vec![(0, Ok(7)), (1, Err(Errno::INTERNAL))]);
+        assert_eq!(o.answer, Ok(vec![(0, 7)]));
+        assert!(o.drop.is_empty());
+        assert_eq!(o.internal, vec![1]);
+        // Beside a leg fault: that leg answers as if alone (not dropped: it is the last).
+        let o = reconcile::<()>(vec![(0, Err(Errno::INTERNAL)), (1, Err(Errno::EIO))]);
+        assert_eq!(o.answer, Err(Errno::EIO));
+        assert!(o.drop.is_empty());
+        assert_eq!(o.internal, vec![0]);
+        // Beside a caller's error and a leg fault: the caller's error, the faulty leg dropped.
+        let o = reconcile::<()>(vec![
+            (0, Err(Errno::ENOENT)),
+            (1, Err(Errno::INTERNAL)),
+            (2, Err(Errno::EIO)),
+        ]);
+        assert_eq!(o.answer, Err(Errno::ENOENT));
+        assert_eq!(o.drop, vec![(2, DropReason::LegFault(Errno::EIO))]);
+        // Everywhere: the caller gets it (as EIO), nobody is dropped.
+        let o = reconcile::<()>(vec![(0, Err(Errno::INTERNAL)), (1, Err(Errno::INTERNAL))]);
+        assert_eq!(o.answer, Err(Errno::INTERNAL));
+        assert!(o.drop.is_empty());
+        assert_eq!(o.internal, vec![0, 1]);
+        assert!(!is_leg_fault(Errno::INTERNAL));
     }
 
     #[test]
