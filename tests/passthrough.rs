@@ -85,12 +85,7 @@ fn drop_all_caches() {
 fn passthrough_needs_checksum_off() {
     require_fuse!();
     let dirs = TestDirs::new(2);
-    let out = run_mirrorfs(&[
-        dirs.legs_arg(),
-        path_str(&dirs.mnt),
-        "-o".into(),
-        "passthrough=ro".into(),
-    ]);
+    let out = dirs.mount_with("passthrough=ro");
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let err = text(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
@@ -102,12 +97,7 @@ fn passthrough_needs_checksum_off() {
             l.display()
         );
     }
-    let out = run_mirrorfs(&[
-        dirs.legs_arg(),
-        path_str(&dirs.mnt),
-        "-o".into(),
-        "passthrough=rw,checksum=off".into(),
-    ]);
+    let out = dirs.mount_with("passthrough=rw,checksum=off");
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(text(&out.stderr).contains("off or ro"), "{out:?}");
 }

@@ -120,12 +120,7 @@ fn the_stats_say_which_transport_serves_and_why() {
 fn transport_uring_is_refused_with_the_fix_while_the_switch_is_off() {
     require_fuse!();
     let dirs = TestDirs::new(2);
-    let out = run_mirrorfs(&[
-        dirs.legs_arg(),
-        path_str(&dirs.mnt),
-        "-o".into(),
-        "transport=uring".into(),
-    ]);
+    let out = dirs.mount_with("transport=uring");
     if switch_on() {
         assert_eq!(out.status.code(), Some(0), "{out:?}");
         let t = stats(&dirs.mnt).transport.unwrap();
@@ -171,12 +166,7 @@ fn a_transport_that_does_not_exist_is_refused_in_one_line() {
     require_fuse!();
     let dirs = TestDirs::new(2);
     for bad in ["transport=rdma", "transport=", "transport"] {
-        let out = run_mirrorfs(&[
-            dirs.legs_arg(),
-            path_str(&dirs.mnt),
-            "-o".into(),
-            bad.into(),
-        ]);
+        let out = dirs.mount_with(bad);
         assert_eq!(out.status.code(), Some(1), "{bad}: {out:?}");
         let err = text(&out.stderr);
         assert_eq!(err.lines().count(), 1, "{bad}: {err}");

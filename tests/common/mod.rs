@@ -969,6 +969,16 @@ impl TestDirs {
         self.tmp.path()
     }
 
+    /// `mirrorfs LEGS MNT -o OPTS` (in the background), as a user would type it: its output.
+    pub fn mount_with(&self, opts: &str) -> Output {
+        run_mirrorfs([
+            self.legs_arg(),
+            path_str(&self.mnt),
+            "-o".into(),
+            opts.into(),
+        ])
+    }
+
     /// The `LEG0:LEG1:...` argument.
     pub fn legs_arg(&self) -> String {
         legs_arg(&self.legs)
