@@ -200,9 +200,7 @@ fn read_counters_follow_the_policy(n: usize) {
         }
     }
 
-    // A live change: `devid:N` (one named leg) arrives with the policy work. When the binary
-    // accepts it, the next read must go to that leg; when it does not, the refusal must change
-    // nothing, and this half is skipped.
+    // A live change: `devid:N` sends every read to that leg.
     let last = n - 1;
     let spec = format!("devid:{last}");
     let out = run_mirrorfs(&[
@@ -211,50 +209,30 @@ fn read_counters_follow_the_policy(n: usize) {
         "read_policy".into(),
         spec.as_str().into(),
     ]);
-    if out.status.success() {
-        assert_eq!(getfattr_ok(m.mnt(), "user.mirrorfs.read_policy"), spec);
-        assert_eq!(stats(m.mnt()).read_policy, spec);
-        read_once(&m, "b", &b);
-        let st = stats(m.mnt());
-        assert_eq!(
-            st.legs[last].read_bytes,
-            b.len() as u64,
-            "read_bytes of leg {last} after read_policy={spec}"
-        );
-        for (i, l) in st.legs.iter().enumerate().take(last) {
-            assert_eq!((l.read_ops, l.read_bytes), (0, 0), "leg {i} under {spec}");
-        }
-        // And back with setfattr on the root: the next read goes to leg0 again.
-        setfattr(m.mnt(), "user.mirrorfs.read_policy", "first").expect("set first");
-        assert_eq!(stats(m.mnt()).read_policy, "first");
-        let base = stats(m.mnt());
-        read_once(&m, "c", &c);
-        let st = stats(m.mnt());
-        assert_eq!(
-            st.legs[0].read_bytes - base.legs[0].read_bytes,
-            c.len() as u64
-        );
-        assert_eq!(st.legs[last].read_bytes, base.legs[last].read_bytes);
-    } else {
-        eprintln!(
-            "note: this binary does not accept read_policy={spec} yet ({}); the devid half of \
-             {} is skipped",
-            text(&out.stderr).trim(),
-            test_name()
-        );
-        assert_exit(&out, 1, "mirrorfs set read_policy devid");
-        assert_eq!(
-            stats(m.mnt()).read_policy,
-            "first",
-            "a refused policy changed it"
-        );
-        // The policy in force still serves: c is read from leg0 only.
-        read_once(&m, "c", &c);
-        let st = stats(m.mnt());
-        assert_eq!(st.legs[0].read_bytes, c.len() as u64);
-        for l in &st.legs[1..] {
-            assert_eq!(l.read_bytes, 0);
-        }
+    assert_exit(&out, 0, "mirrorfs set read_policy devid");
+    assert_eq!(getfattr_ok(m.mnt(), "user.mirrorfs.read_policy"), spec);
+    assert_eq!(stats(m.mnt()).read_policy, spec);
+    read_once(&m, "b", &b);
+    let st = stats(m.mnt());
+    assert_eq!(
+        st.legs[last].read_bytes,
+        b.len() as u64,
+        "read_bytes of leg {last} after read_policy={spec}"
+    );
+    for (i, l) in st.legs.iter().enumerate().take(last) {
+        assert_eq!((l.read_ops, l.read_bytes), (0, 0), "leg {i} under {spec}");
     }
+    // And back with setfattr on the root: the next read goes to leg0 again.
+    setfattr(m.mnt(), "user.mirrorfs.read_policy", "first").expect("set first");
+    assert_eq!(stats(m.mnt()).read_policy, "first");
+    let base = stats(m.mnt());
+    read_once(&m, "c", &c);
+    let st = stats(m.mnt());
+    assert_eq!(
+        st.legs[0].read_bytes - base.legs[0].read_bytes,
+        c.len() as u64
+    );
+    assert_eq!(st.legs[last].read_bytes, base.legs[last].read_bytes);
+
     m.finish();
 }

@@ -1,6 +1,9 @@
 //! The tree engine (`mirrorfs::tree`) on temporary directories: comparison, scrub and repair,
 //! full and incremental sync, throttle, cancel. No mount. Owner and device-node cases need
-//! root and are skipped otherwise.
+//! root: without it they fail loudly, or are skipped and logged with MIRRORFS_TEST_ALLOW_SKIP=1.
+
+#[macro_use]
+mod common;
 
 use mirrorfs::tree::{
     compare_entry, scrub, sync_full, sync_paths, Control, DiffKind, Difference, EntryHook, Repair,
@@ -48,8 +51,14 @@ impl Legs {
     }
 }
 
+/// Whether the cases that need root (owners, device nodes) can run; without root that is said
+/// through `cannot_run`, which fails the test unless skipping is allowed.
 fn is_root() -> bool {
-    mirrorfs::sys::geteuid() == 0
+    let root = mirrorfs::sys::geteuid() == 0;
+    if !root {
+        common::cannot_run("the owner and device-node cases need root");
+    }
+    root
 }
 
 fn opts() -> TreeOptions {
