@@ -45,22 +45,21 @@ fn control_file(mount: &Path) -> Option<PathBuf> {
 }
 
 /// Why `mount` has no control file. A mount whose daemon is gone fails every call that
-/// reaches it (a getxattr always does; a stat may be answered from the kernel's cache): with
-/// ENOTCONN, or, while the kernel is still tearing the connection down, ECONNABORTED, or
+/// reaches it, and a getxattr always does (a stat may be answered from the kernel's cache):
+/// with ENOTCONN, or, while the kernel is still tearing the connection down, ECONNABORTED, or
 /// ECANCELED over io_uring. Say so, with the way out, rather than call it "not a mirrorfs
 /// mount".
 fn not_a_mount(mount: &Path) -> (i32, String) {
     let m = mount.display();
-    let dead = |e: i32| matches!(e, libc::ENOTCONN | libc::ECONNABORTED | libc::ECANCELED);
-    let stat_gone = std::fs::metadata(mount)
-        .err()
-        .and_then(|e| e.raw_os_error())
-        .is_some_and(dead);
-    let xattr_gone = CString::new(format!("{PREFIX}version"))
+    let gone = CString::new(format!("{PREFIX}version"))
         .ok()
         .and_then(|k| sys::xattr::get_path(mount, &k).err())
-        .is_some_and(|e| dead(e.code()));
-    let gone = stat_gone || xattr_gone;
+        .is_some_and(|e| {
+            matches!(
+                e.code(),
+                libc::ENOTCONN | libc::ECONNABORTED | libc::ECANCELED
+            )
+        });
     let why = if gone {
         format!(
             "{m}: the mirrorfs daemon of this mount is gone (transport endpoint is not \
