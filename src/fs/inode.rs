@@ -272,15 +272,17 @@ impl Inode {
         }
     }
 
-    /// Closes the descriptor on `leg` if it can be reopened later; true if it was closed.
-    fn close_cached(&self, leg: LegIdx) -> bool {
+    /// Closes the descriptor on `leg` if it can be reopened later: `Some(true)` if it was
+    /// closed, `Some(false)` if there was none to close, `None` while a file is open on the
+    /// object (it must stay open; ask again later).
+    fn close_cached(&self, leg: LegIdx) -> Option<bool> {
         if self.open_files.load(Ordering::Acquire) > 0 {
-            return false;
+            return None;
         }
-        match self.objects.get(leg).and_then(|o| o.read().clone()) {
+        Some(match self.objects.get(leg).and_then(|o| o.read().clone()) {
             Some(obj) if obj.handle.is_some() => obj.fd.lock().take().is_some(),
             _ => false,
-        }
+        })
     }
 }
 
@@ -314,9 +316,17 @@ pub struct FdCache {
     budget: usize,
     /// Reopenable descriptors open now.
     open: AtomicUsize,
-    /// Descriptors in the order they were opened: the oldest are closed first.
-    order: Mutex<VecDeque<(Weak<Inode>, LegIdx)>>,
+    /// Per leg, its descriptors in the order they were opened: the oldest are closed first,
+    /// on the other legs before the kept one ([`FdCache::set_kept_leg`]).
+    order: Mutex<Vec<VecDeque<Weak<Inode>>>>,
+    /// The leg whose descriptors are closed last.
+    kept: std::sync::OnceLock<KeptLeg>,
 }
+
+/// Says which leg's descriptors to keep longest: the metadata leg, which answers every
+/// attribute, lookup and listing (a walk over more objects than the budget then reopens
+/// nothing on it, only the other legs' copies when a change or a read needs them).
+pub type KeptLeg = Box<dyn Fn() -> LegIdx + Send + Sync>;
 
 impl FdCache {
     /// A cache over legs whose roots are `roots` (their `O_PATH` descriptors) on `root_devs`.
@@ -337,7 +347,8 @@ impl FdCache {
             root_devs: root_devs.into_iter().map(AtomicU64::new).collect(),
             budget: budget.max(16),
             open: AtomicUsize::new(0),
-            order: Mutex::new(VecDeque::new()),
+            order: Mutex::new(Vec::new()),
+            kept: std::sync::OnceLock::new(),
         }
     }
 
@@ -367,23 +378,41 @@ impl FdCache {
         Some(h)
     }
 
-    /// A reopenable descriptor was opened; closes the oldest ones while over budget.
+    /// A reopenable descriptor was opened; closes the oldest ones while over budget, those
+    /// of the other legs first.
     fn opened(&self, inode: Weak<Inode>, leg: LegIdx) {
         self.open.fetch_add(1, Ordering::AcqRel);
         let mut order = self.order.lock();
-        order.push_back((inode, leg));
+        if order.len() <= leg {
+            order.resize_with(leg + 1, VecDeque::new);
+        }
+        order[leg].push_back(inode);
+        let kept = self.kept.get().map(|k| k());
+        // Per leg, how many of its entries this call put back (their files are open): a leg
+        // whose whole queue is that is passed over.
+        let mut kept_back = vec![0usize; order.len()];
         while self.open.load(Ordering::Acquire) > self.budget {
-            let Some((w, l)) = order.pop_front() else {
-                break;
-            };
-            if let Some(i) = w.upgrade() {
-                if i.close_cached(l) {
+            let closable = |l: LegIdx| order[l].len() > kept_back[l];
+            let from = (0..order.len())
+                .filter(|&l| Some(l) != kept && closable(l))
+                .max_by_key(|&l| order[l].len() - kept_back[l])
+                .or(kept.filter(|&k| k < order.len() && closable(k)));
+            let Some(l) = from else { break };
+            let Some(w) = order[l].pop_front() else { break };
+            let Some(i) = w.upgrade() else { continue };
+            match i.close_cached(l) {
+                Some(true) => {
                     self.open.fetch_sub(1, Ordering::AcqRel);
+                }
+                Some(false) => {}
+                None => {
+                    order[l].push_back(w);
+                    kept_back[l] += 1;
                 }
             }
         }
         // Entries of inodes that died meanwhile pile up when nothing is evicted: drop them.
-        if order.len() > 4 * self.budget {
+        if order.iter().map(VecDeque::len).sum::<usize>() > 4 * self.budget {
             drop_dead(&mut order);
         }
     }
@@ -393,15 +422,17 @@ impl FdCache {
     fn prune(&self) {
         let mut order = self.order.lock();
         drop_dead(&mut order);
-        if order.capacity() > 2 * order.len() + 1024 {
-            order.shrink_to_fit();
+        for q in order.iter_mut() {
+            if q.capacity() > 2 * q.len() + 1024 {
+                q.shrink_to_fit();
+            }
         }
     }
 
     /// Entries in the eviction order (tests).
     #[cfg(test)]
     fn queued(&self) -> usize {
-        self.order.lock().len()
+        self.order.lock().iter().map(VecDeque::len).sum()
     }
 
     fn closed(&self, n: usize) {
@@ -412,8 +443,10 @@ impl FdCache {
 }
 
 /// Drops the eviction-order entries whose inode has died.
-fn drop_dead(order: &mut VecDeque<(Weak<Inode>, LegIdx)>) {
-    order.retain(|(w, _)| w.strong_count() > 0);
+fn drop_dead(order: &mut [VecDeque<Weak<Inode>>]) {
+    for q in order {
+        q.retain(|w| w.strong_count() > 0);
+    }
 }
 
 /// What [`InodeTable::attach_leg`] did.
@@ -775,6 +808,11 @@ impl InodeTable {
         let _ = self.cache.resolver.set(resolver);
     }
 
+    /// Says which leg's descriptors the cache closes last (set once, by the core).
+    pub fn set_kept_leg(&self, kept: KeptLeg) {
+        let _ = self.cache.kept.set(kept);
+    }
+
     /// The object `ino` was found on a leg after its lookup: `id` is one more identity of it.
     pub fn identify(&self, ino: u64, id: Identity) {
         let mut inner = self.inner.lock();
@@ -807,17 +845,26 @@ impl InodeTable {
         }
         let mut inner = self.inner.lock();
         let mut tidy = false;
+        // The inode, if this was its last lookup: dropped after the table's lock, since closing
+        // its descriptors may be the leg's whole work of deleting the file (an unlinked file's
+        // inode is freed at its last close), which no lookup should wait for.
+        let mut gone = None;
         if let Some(e) = inner.live.get_mut(&ino) {
             e.lookups = e.lookups.saturating_sub(n);
             if e.lookups == 0 {
-                inner.live.remove(&ino);
+                gone = inner.live.remove(&ino);
                 inner.set_idle(ino);
                 inner.forgotten += 1;
                 tidy = inner.forgotten >= TIDY_EVERY;
+                if tidy {
+                    inner.forgotten = 0;
+                }
             }
         }
+        drop(inner);
+        drop(gone);
         if tidy {
-            inner.forgotten = 0;
+            let mut inner = self.inner.lock();
             // The maps keep the room of their largest size: give it back once they are far
             // smaller (the kernel forgot a large tree, and the remembered numbers are capped).
             shrink(&mut inner.live);
@@ -1025,6 +1072,84 @@ mod tests {
         t.tidy();
         assert_eq!(t.cache.queued(), 0);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn over_budget_the_other_legs_descriptors_close_first() {
+        // Two real legs, so that descriptors are reopenable by handle (root).
+        let base = std::env::temp_dir().join(format!("mirrorfs-kept-{}", std::process::id()));
+        let dirs = [base.join("a"), base.join("b")];
+        let (mut roots, mut ids) = (Vec::new(), Vec::new());
+        for (leg, d) in dirs.iter().enumerate() {
+            std::fs::create_dir_all(d).unwrap();
+            let r = sys::fd::open_root(d).unwrap();
+            let st = sys::fd::fstat(r.as_fd()).unwrap();
+            ids.push(Identity {
+                leg,
+                dev: st.st_dev,
+                ino: st.st_ino,
+            });
+            roots.push(Some(r));
+        }
+        let devs: Vec<u64> = ids.iter().map(|i| i.dev).collect();
+        let t = InodeTable::new(roots, &ids, 20);
+        if (0..2).any(|l| t.cache.mount_fds[l].read().is_none()) {
+            std::fs::remove_dir_all(&base).unwrap();
+            panic!("file handles are not usable here (this test needs root)");
+        }
+        t.set_kept_leg(Box::new(|| 1));
+        let mut inodes = Vec::new();
+        for n in 0..10 {
+            let name = std::ffi::CString::new(format!("f{n}")).unwrap();
+            let mut fds = Vec::new();
+            let mut leg_ids = Vec::new();
+            for (leg, d) in dirs.iter().enumerate() {
+                std::fs::write(d.join(format!("f{n}")), b"x").unwrap();
+                let root = t.get(ROOT_INO).unwrap().fd(leg).unwrap();
+                let fd = sys::fd::open_path_at(root.as_fd(), &name).unwrap();
+                let st = sys::fd::fstat(fd.as_fd()).unwrap();
+                leg_ids.push(Identity {
+                    leg,
+                    dev: devs[leg],
+                    ino: st.st_ino,
+                });
+                fds.push(Some(fd));
+            }
+            inodes.push(t.claim(&leg_ids, fds, libc::S_IFREG, 0));
+        }
+        // 20 descriptors (two roots pinned, not counted) at a budget of 20: none closed yet.
+        assert_eq!(t.cached_fds(), 20);
+        let open_on = |inodes: &[Arc<Inode>], leg: LegIdx| {
+            inodes
+                .iter()
+                .filter(|i| {
+                    i.objects[leg]
+                        .read()
+                        .as_ref()
+                        .is_some_and(|o| o.fd.lock().is_some())
+                })
+                .count()
+        };
+        // Ten more objects on the kept leg alone: every descriptor that goes is leg 0's.
+        for n in 10..20 {
+            let name = std::ffi::CString::new(format!("f{n}")).unwrap();
+            std::fs::write(dirs[1].join(format!("f{n}")), b"x").unwrap();
+            let root = t.get(ROOT_INO).unwrap().fd(1).unwrap();
+            let fd = sys::fd::open_path_at(root.as_fd(), &name).unwrap();
+            let st = sys::fd::fstat(fd.as_fd()).unwrap();
+            let leg_ids = [Identity {
+                leg: 1,
+                dev: devs[1],
+                ino: st.st_ino,
+            }];
+            inodes.push(t.claim(&leg_ids, vec![None, Some(fd)], libc::S_IFREG, 0));
+        }
+        assert_eq!(t.cached_fds(), 20);
+        assert_eq!((open_on(&inodes, 0), open_on(&inodes, 1)), (0, 20));
+        // A closed descriptor comes back through its handle when asked for.
+        let fd = inodes[0].fd(0).unwrap();
+        assert!(sys::fd::fstat(fd.as_fd()).is_ok());
+        std::fs::remove_dir_all(&base).unwrap();
     }
 
     #[test]
