@@ -26,6 +26,9 @@ pub(super) struct LegRead {
     pub data: Vec<u8>,
 }
 
+/// A covered file's identity and its copies' descriptors on some legs.
+pub(super) type EntryCopies = (u64, Vec<(LegIdx, std::os::fd::OwnedFd)>);
+
 impl MirrorFs {
     /// The checksums of `inode` (a regular file), or None if it has none.
     pub(super) fn sums(&self, inode: &Arc<Inode>) -> Option<Arc<FileSums>> {
@@ -517,43 +520,68 @@ impl MirrorFs {
         Ok(())
     }
 
-    /// The identity of the regular file `name` in `dir` if this is its last name (so that
-    /// removing the name removes the file), from the metadata leg.
-    pub(super) fn last_link_id(&self, dir: &Arc<Inode>, name: &std::ffi::CStr) -> Option<u64> {
+    /// The regular file `name` in `dir` on the metadata leg: its descriptor and its stat.
+    fn regular_entry(
+        &self,
+        dir: &Arc<Inode>,
+        name: &std::ffi::CStr,
+    ) -> Option<(std::os::fd::OwnedFd, libc::stat)> {
         if !self.mirror.integrity().enabled() {
             return None;
         }
         let leg = self.mirror.metadata_leg();
         let fd = sys::fd::open_path_at(dir.fd(leg).ok()?.as_fd(), name).ok()?;
         let st = sys::fd::fstat(fd.as_fd()).ok()?;
-        if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_nlink != 1 {
-            return None;
+        (st.st_mode & libc::S_IFMT == libc::S_IFREG).then_some((fd, st))
+    }
+
+    /// The identity of the regular file `name` in `dir` if this is its last name (so that
+    /// removing the name removes the file), from the metadata leg.
+    pub(super) fn last_link_id(&self, dir: &Arc<Inode>, name: &std::ffi::CStr) -> Option<u64> {
+        let (fd, st) = self.regular_entry(dir, name)?;
+        (st.st_nlink == 1).then(|| integrity::id_of(fd.as_fd()))?
+    }
+
+    /// What removing the name `name` in `dir` (a covered regular file) asks of the checksums,
+    /// from one look at the metadata leg: the file's identity when this is its last name (its
+    /// checksums go with it, [`forget_checksums`](Self::forget_checksums)), or its copies on
+    /// `legs` when another name keeps it (their ctimes move, [`entry_copies`](Self::entry_copies)).
+    pub(super) fn removal_of(
+        &self,
+        dir: &Arc<Inode>,
+        name: &std::ffi::CStr,
+        legs: &[LegIdx],
+    ) -> (Option<u64>, Option<EntryCopies>) {
+        let Some((fd, st)) = self.regular_entry(dir, name) else {
+            return (None, None);
+        };
+        match st.st_nlink {
+            1 => (integrity::id_of(fd.as_fd()), None),
+            _ => (None, self.copies_of(fd, dir, name, legs)),
         }
-        let (v, _) = sys::xattr::get(fd.as_fd(), integrity::ID_XATTR, 8).ok()?;
-        integrity::id_from(&v)
     }
 
     /// The copies on `legs` of the covered regular file at `dir`/`name`, with its identity:
     /// descriptors opened before a change that moves their ctime without changing data
     /// (rename, or removing one of several names), which still name the file after it, for
-    /// [`stamp_copies`](Self::stamp_copies). None for anything else, and with `shared_only`
-    /// for a file with one name (removing it removes the file).
+    /// [`stamp_copies`](Self::stamp_copies). None for anything else.
     pub(super) fn entry_copies(
         &self,
         dir: &Arc<Inode>,
         name: &std::ffi::CStr,
         legs: &[LegIdx],
-        shared_only: bool,
-    ) -> Option<(u64, Vec<(LegIdx, std::os::fd::OwnedFd)>)> {
-        if !self.mirror.integrity().enabled() {
-            return None;
-        }
-        let leg = self.mirror.metadata_leg();
-        let fd = sys::fd::open_path_at(dir.fd(leg).ok()?.as_fd(), name).ok()?;
-        let st = sys::fd::fstat(fd.as_fd()).ok()?;
-        if st.st_mode & libc::S_IFMT != libc::S_IFREG || (shared_only && st.st_nlink < 2) {
-            return None;
-        }
+    ) -> Option<EntryCopies> {
+        let (fd, _) = self.regular_entry(dir, name)?;
+        self.copies_of(fd, dir, name, legs)
+    }
+
+    fn copies_of(
+        &self,
+        fd: std::os::fd::OwnedFd,
+        dir: &Arc<Inode>,
+        name: &std::ffi::CStr,
+        legs: &[LegIdx],
+    ) -> Option<EntryCopies> {
         let id = integrity::id_of(fd.as_fd())?;
         let fds = legs
             .iter()
@@ -566,7 +594,7 @@ impl MirrorFs {
     }
 
     /// After such a change: each copy's ctime is its stamp (see [`integrity::classify`]).
-    pub(super) fn stamp_copies(&self, copies: Option<(u64, Vec<(LegIdx, std::os::fd::OwnedFd)>)>) {
+    pub(super) fn stamp_copies(&self, copies: Option<EntryCopies>) {
         let Some((id, fds)) = copies else { return };
         let ig = self.mirror.integrity();
         for (leg, fd) in fds {

@@ -222,13 +222,9 @@ impl MirrorFs {
         self.will_change_dir(&p);
         let legs = self.legs_for(&p);
         let what = if dir_entry { Op::Rmdir } else { Op::Unlink };
-        let (last_link, shared) = if dir_entry {
-            (None, None)
-        } else {
-            (
-                self.last_link_id(&p, &cname),
-                self.entry_copies(&p, &cname, &legs, true),
-            )
+        let (last_link, shared) = match dir_entry {
+            true => (None, None),
+            false => self.removal_of(&p, &cname, &legs),
         };
         let _change = self.names.begin();
         self.mirror
@@ -299,9 +295,9 @@ impl MirrorFs {
             _ => None,
         };
         // A renamed file's copies' ctimes move (both files', for an exchange).
-        let moved = self.entry_copies(&p, &old, &legs, false);
+        let moved = self.entry_copies(&p, &old, &legs);
         let exchanged = (flags & libc::RENAME_EXCHANGE != 0)
-            .then(|| self.entry_copies(&np, &new, &legs, false))
+            .then(|| self.entry_copies(&np, &new, &legs))
             .flatten();
         // What is dirty at or below the moved paths is recorded under the new ones first.
         let dirs = || Some((self.leg_relpath(&p)?, self.leg_relpath(&np)?));
