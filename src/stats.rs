@@ -73,6 +73,13 @@ pub struct TransportStats {
     /// Threads reading /dev/fuse (over io_uring: forgets, interrupts, and what came before
     /// the rings were ready).
     pub devfuse_threads: usize,
+    /// READs whose leg reads a queue's reader ran on its ring (over io_uring, while other reads
+    /// were under way), and those of them that went back to the blocking way (a leg failed, a
+    /// block did not match its checksum): since the mount.
+    #[serde(default)]
+    pub ring_reads: u64,
+    #[serde(default)]
+    pub ring_reads_redone: u64,
 }
 
 /// The extent read-ahead's figures.

@@ -796,3 +796,132 @@ fn when_the_other_leg_fails_the_quiet_leg_serves_what_the_kernel_holds() {
     let g = fs.lookup(d.attr.ino.0, OsStr::new("g"), &c).unwrap();
     assert_eq!(g.attr.ino, f.attr.ino, "a hard link keeps its number");
 }
+
+/// Runs a pending read's leg reads the way a ring would (here with `pread`): what each gave.
+fn run_leg_reads(p: &mut mirrorfs::fs::PendingRead) -> Vec<Result<usize, Errno>> {
+    use std::os::unix::fs::FileExt;
+    p.reads
+        .iter_mut()
+        .map(|r| {
+            let (fd, buf, offset) = r.target();
+            let f = std::fs::File::from(fd.try_clone_to_owned().unwrap());
+            let mut done = 0;
+            while done < buf.len() {
+                match f.read_at(&mut buf[done..], offset + done as u64) {
+                    Ok(0) => break,
+                    Ok(n) => done += n,
+                    Err(e) => return Err(Errno::from(e)),
+                }
+            }
+            Ok(done)
+        })
+        .collect()
+}
+
+fn inflight(fs: &MirrorFs) -> Vec<u32> {
+    fs.mirror()
+        .legs()
+        .iter()
+        .map(|l| l.inflight.load(Ordering::Relaxed))
+        .collect()
+}
+
+/// The two halves of a read (for a transport that runs the legs' reads on its ring) give what
+/// the blocking read gives, checked against the checksums, and hold the legs busy between.
+#[test]
+fn a_read_in_two_halves_gives_what_the_blocking_read_gives() {
+    use mirrorfs::fs::ReadStart;
+    let l = legs(2);
+    let fs = open_fs_with(&l, Box::new(Alternate));
+    let data: Vec<u8> = (0..40000u32).map(|i| (i % 253) as u8).collect();
+    let (_, fh) = new_file(&fs, "f", &data, &me());
+    for (offset, size) in [(0u64, 40000u32), (100, 5000), (8192, 4096), (39000, 4096)] {
+        let ReadStart::Legs(mut p) = fs.read_start(fh, offset, size, 1) else {
+            panic!("a read of {size} at {offset} was not routed to its legs");
+        };
+        assert_eq!(
+            inflight(&fs).iter().sum::<u32>() as usize,
+            p.reads.len(),
+            "each leg read is in flight until it ends"
+        );
+        let got = run_leg_reads(&mut p);
+        let r = fs.read_end(p, &got).expect("a clean read is answered");
+        let end = (offset as usize + size as usize).min(data.len());
+        assert_eq!(r.unwrap().as_slice(), &data[offset as usize..end]);
+        assert_eq!(inflight(&fs), vec![0, 0]);
+        assert_eq!(
+            fs.read(fh, offset, size, 1).unwrap().as_slice(),
+            &data[offset as usize..end]
+        );
+    }
+    assert_eq!(fs.stats().transport, None);
+    fs.release(fh).unwrap();
+}
+
+/// A leg read that failed, or a copy that does not match its checksums, is never answered by
+/// the second half: it goes back to the blocking read, which asks the other leg and repairs.
+#[test]
+fn a_read_half_that_failed_goes_back_to_the_blocking_read() {
+    use mirrorfs::fs::ReadStart;
+    let l = legs(2);
+    let fs = open_fs(&l);
+    let data = vec![0x5au8; 8192];
+    let (_, fh) = new_file(&fs, "f", &data, &me());
+    // An I/O error on the leg.
+    let ReadStart::Legs(p) = fs.read_start(fh, 0, 8192, 1) else {
+        panic!("not routed");
+    };
+    let n = p.reads.len();
+    assert!(fs.read_end(p, &vec![Err(Errno::EIO); n]).is_none());
+    assert_eq!(inflight(&fs), vec![0, 0]);
+    // Rot on the leg read first: the second half sees the checksums fail.
+    corrupt(&l.paths[0].join("f"), 100);
+    let ReadStart::Legs(mut p) = fs.read_start(fh, 0, 8192, 1) else {
+        panic!("not routed");
+    };
+    assert_eq!(p.reads[0].leg, 0);
+    let got = run_leg_reads(&mut p);
+    assert!(fs.read_end(p, &got).is_none(), "rot was answered");
+    // The blocking read answers from the good copy and repairs the bad one.
+    assert_eq!(fs.read(fh, 0, 8192, 1).unwrap().as_slice(), &data[..]);
+    assert_eq!(std::fs::read(l.paths[0].join("f")).unwrap(), data);
+    fs.release(fh).unwrap();
+}
+
+/// Flips a byte of a leg's copy, keeping its times (rot).
+fn corrupt(p: &Path, at: u64) {
+    use std::os::unix::fs::FileExt;
+    let md = std::fs::metadata(p).unwrap();
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(p).unwrap();
+    let mut b = [0u8];
+    f.read_exact_at(&mut b, at).unwrap();
+    f.write_all_at(&[!b[0]], at).unwrap();
+    drop(f);
+    let t = |s: i64, ns: i64| libc::timespec {
+        tv_sec: s,
+        tv_nsec: ns,
+    };
+    let times = [t(md.atime(), md.atime_nsec()), t(md.mtime(), md.mtime_nsec())];
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid path and two timespecs.
+    assert_eq!(unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), 0) }, 0);
+}
+
+/// Injected faults and leg deadlines are the blocking read's to handle: a read then never
+/// runs in two halves.
+#[test]
+fn with_faults_or_deadlines_reads_stay_blocking() {
+    use mirrorfs::fs::ReadStart;
+    let l = legs(2);
+    let fs = open_fs(&l);
+    let (_, fh) = new_file(&fs, "f", b"some data", &me());
+    assert!(matches!(fs.read_start(fh, 0, 9, 1), ReadStart::Legs(_)));
+    fail(&fs, 0, "read", Errno::EIO, Some(1));
+    assert!(matches!(fs.read_start(fh, 0, 9, 1), ReadStart::Blocking));
+    // The blocking read spends the fault and answers from the other leg.
+    assert_eq!(fs.read(fh, 0, 9, 1).unwrap().as_slice(), b"some data");
+    assert!(matches!(fs.read_start(fh, 0, 9, 1), ReadStart::Legs(_)));
+    fs.mirror().set_leg_timeout(std::time::Duration::from_secs(5));
+    assert!(matches!(fs.read_start(fh, 0, 9, 1), ReadStart::Blocking));
+    fs.release(fh).unwrap();
+}

@@ -674,7 +674,11 @@ impl MirrorFs {
                 known_identities: Some(self.inodes.known_count() as u64),
             }),
             readahead: Some(self.readahead_stats()),
-            transport: self.transport.lock().clone(),
+            transport: self.transport.lock().clone().map(|mut t| {
+                t.ring_reads = self.ring_reads.load(Ordering::Relaxed);
+                t.ring_reads_redone = self.ring_reads_redone.load(Ordering::Relaxed);
+                t
+            }),
         }
     }
 

@@ -21,6 +21,7 @@ pub mod kernel;
 mod live;
 mod namespace;
 mod quiet;
+mod read;
 mod xattr;
 
 use crate::errno::{Errno, Result};
@@ -41,7 +42,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 
 pub use control::TransportFault;
-pub use data::ReadData;
+pub use read::{LegRead, PendingRead, ReadData, ReadStart};
 pub use sys::creds::Caller;
 
 /// Longest name a leg accepts (NAME_MAX).
@@ -177,6 +178,10 @@ pub struct MirrorFs {
     names: Arc<quiet::NameChanges>,
     /// How requests reach the daemon, as the FUSE layer set it up (the stats' `transport`).
     transport: parking_lot::Mutex<Option<crate::stats::TransportStats>>,
+    /// Reads whose leg reads their caller ran ([`MirrorFs::read_start`]), and those of them
+    /// that [`MirrorFs::read_end`] sent back to [`MirrorFs::read`].
+    pub(crate) ring_reads: std::sync::atomic::AtomicU64,
+    pub(crate) ring_reads_redone: std::sync::atomic::AtomicU64,
     /// An injected [`control::TransportFault`] not yet taken (0: none).
     transport_fault: std::sync::atomic::AtomicU8,
 }
@@ -260,6 +265,8 @@ impl MirrorFs {
             last_errors: control::LastErrors::default(),
             events: control::EventBus::default(),
             transport: Default::default(),
+            ring_reads: Default::default(),
+            ring_reads_redone: Default::default(),
             transport_fault: Default::default(),
         })
     }

@@ -204,6 +204,8 @@ impl Mounted {
             queues: 0,
             queue_depth: 0,
             devfuse_threads: threads.max(1),
+            ring_reads: 0,
+            ring_reads_redone: 0,
         };
         match (self.transport, self.neg.uring) {
             (Transport::Devfuse, _) => stats.why = "transport=devfuse".into(),

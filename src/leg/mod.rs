@@ -190,6 +190,18 @@ impl<'a> InflightGuard<'a> {
         leg.inflight.fetch_add(1, Ordering::AcqRel);
         InflightGuard(&leg.inflight)
     }
+
+    /// Counts one more request in flight on `leg` with no guard: its owner gives it back
+    /// with [`adopt`](Self::adopt) (a request that outlives the borrow of its leg: one
+    /// submitted on a ring).
+    pub fn count(leg: &Leg) {
+        std::mem::forget(InflightGuard::new(leg));
+    }
+
+    /// The guard of a request counted with [`count`](Self::count): dropping it ends it.
+    pub fn adopt(leg: &'a Leg) -> Self {
+        InflightGuard(&leg.inflight)
+    }
 }
 
 impl Drop for InflightGuard<'_> {
@@ -199,6 +211,13 @@ impl Drop for InflightGuard<'_> {
 }
 
 impl Leg {
+    /// Whether a read of this leg may wait for something other than a local disk: a leg
+    /// with no block device under it (a FUSE, network or memory filesystem), whose reads a
+    /// ring must not try inline (see `sys::uring::RingRead::may_block`).
+    pub fn reads_may_block(&self) -> bool {
+        self.device.sysfs.is_none()
+    }
+
     /// Opens the leg root at `path` (canonical) with the attributes of `spec`.
     pub fn open(idx: LegIdx, path: &Path, spec: &LegSpec) -> Result<Leg> {
         let root = sys::fd::open_root(path)?;

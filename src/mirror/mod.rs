@@ -8,6 +8,7 @@ pub mod op;
 pub mod outcome;
 pub mod readahead;
 pub mod reads;
+pub mod routed;
 
 use crate::errno::{Errno, Result};
 use crate::integrity::Integrity;
@@ -166,6 +167,11 @@ impl Mirror {
 
     pub fn leg(&self, idx: LegIdx) -> &Leg {
         &self.legs[idx]
+    }
+
+    /// Whether any injected fault is in force (see [`fault`]).
+    pub fn faults_injected(&self) -> bool {
+        self.faults.any()
     }
 
     /// Makes a leg fail chosen operations (tests; see [`fault`]).
@@ -928,11 +934,16 @@ impl Mirror {
     /// Decides where a read goes and counts it at once on the legs it goes to (in-flight,
     /// picks, stream switches, split pieces), under one lock so that concurrent reads see
     /// each other's choices instead of all herding onto the same idle leg.
-    fn route_read(
+    /// Decides where a read goes and counts it at once on the legs it goes to (in-flight,
+    /// picks, stream switches, split pieces), under one lock so that concurrent reads see
+    /// each other's choices instead of all herding onto the same idle leg. Returns the
+    /// policy's plan, its legs (each counted in flight with [`InflightGuard::count`]: the
+    /// caller gives them back) and each piece's hand-over (for its service time).
+    fn route_counted(
         &self,
         candidates: &[LegIdx],
         req: &ReadRequest,
-    ) -> Option<(ReadPlan, Vec<InflightGuard<'_>>, Vec<HandOver>)> {
+    ) -> Option<(ReadPlan, Vec<LegIdx>, Vec<HandOver>)> {
         let _routing = self.routing.lock();
         let plan = self.plan_read(candidates, req)?;
         let legs: Vec<LegIdx> = match &plan {
@@ -941,20 +952,17 @@ impl Mirror {
         };
         let split = matches!(plan, ReadPlan::Split(_));
         let spread = matches!(plan, ReadPlan::Spread(_));
-        let guards = legs
-            .iter()
-            .map(|&l| {
-                let c = &self.legs[l].counters;
-                c.policy_picks.fetch_add(1, Ordering::Relaxed);
-                if split {
-                    c.split_reads.fetch_add(1, Ordering::Relaxed);
-                }
-                if spread {
-                    c.spread_reads.fetch_add(1, Ordering::Relaxed);
-                }
-                InflightGuard::new(&self.legs[l])
-            })
-            .collect();
+        for &l in &legs {
+            let c = &self.legs[l].counters;
+            c.policy_picks.fetch_add(1, Ordering::Relaxed);
+            if split {
+                c.split_reads.fetch_add(1, Ordering::Relaxed);
+            }
+            if spread {
+                c.spread_reads.fetch_add(1, Ordering::Relaxed);
+            }
+            InflightGuard::count(&self.legs[l]);
+        }
         if let (Some(prev), false) = (req.stream.leg, spread) {
             if prev != plan.first_leg() {
                 self.legs[plan.first_leg()]
@@ -981,6 +989,20 @@ impl Mirror {
                 })
                 .collect(),
         };
+        Some((plan, legs, hand_overs))
+    }
+
+    /// [`route_counted`](Self::route_counted), with the legs' guards.
+    fn route_read(
+        &self,
+        candidates: &[LegIdx],
+        req: &ReadRequest,
+    ) -> Option<(ReadPlan, Vec<InflightGuard<'_>>, Vec<HandOver>)> {
+        let (plan, legs, hand_overs) = self.route_counted(candidates, req)?;
+        let guards = legs
+            .iter()
+            .map(|&l| InflightGuard::adopt(&self.legs[l]))
+            .collect();
         Some((plan, guards, hand_overs))
     }
 

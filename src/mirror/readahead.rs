@@ -233,6 +233,17 @@ impl Stream {
     }
 }
 
+/// What the held extents give a read.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Served {
+    /// The range, all of it held.
+    Data(Vec<u8>),
+    /// Held, but some of it is still being fetched.
+    Pending,
+    /// Not held (or an extent failed): the read goes to a leg.
+    No,
+}
+
 impl ReadAhead {
     /// Read-ahead for `n_legs` legs, holding at most `limit` bytes (0: off).
     pub fn new(n_legs: usize, limit: u64) -> ReadAhead {
@@ -270,18 +281,38 @@ impl ReadAhead {
     /// chunks on their way; `None` when the range is not all held (or an extent failed, or
     /// the wait ran out): the read then goes to a leg.
     pub fn serve(&self, s: &Stream, offset: u64, size: u32) -> Option<Vec<u8>> {
+        match self.serve_until(s, offset, size, Some(std::time::Instant::now() + WAIT)) {
+            Served::Data(d) => Some(d),
+            Served::Pending | Served::No => None,
+        }
+    }
+
+    /// As [`serve`](Self::serve), without waiting: [`Served::Pending`] when the range is
+    /// held but some of it is still on its way (for a thread that must not block).
+    pub fn try_serve(&self, s: &Stream, offset: u64, size: u32) -> Served {
+        self.serve_until(s, offset, size, None)
+    }
+
+    fn serve_until(
+        &self,
+        s: &Stream,
+        offset: u64,
+        size: u32,
+        deadline: Option<std::time::Instant>,
+    ) -> Served {
         let end = offset + u64::from(size);
-        let deadline = std::time::Instant::now() + WAIT;
         let mut st = s.st.lock();
         loop {
             if st.dead {
-                return None;
+                return Served::No;
             }
             let mut ready = true;
             for k in offset / EXTENT..=(end.max(offset + 1) - 1) / EXTENT {
-                let b = st.bufs.iter().find(|b| b.index == k)?;
+                let Some(b) = st.bufs.iter().find(|b| b.index == k) else {
+                    return Served::No;
+                };
                 if b.failed {
-                    return None;
+                    return Served::No;
                 }
                 // Bytes from the extent's start this read needs.
                 let need = end.min(b.start + b.len) - b.start;
@@ -314,10 +345,15 @@ impl ReadAhead {
                 self.counters
                     .served
                     .fetch_add(out.len() as u64, Ordering::Relaxed);
-                return Some(out);
+                return Served::Data(out);
             }
-            if s.arrived.wait_until(&mut st, deadline).timed_out() {
-                return None;
+            match deadline {
+                None => return Served::Pending,
+                Some(d) => {
+                    if s.arrived.wait_until(&mut st, d).timed_out() {
+                        return Served::No;
+                    }
+                }
             }
         }
     }
