@@ -892,7 +892,11 @@ fn a_read_half_that_failed_goes_back_to_the_blocking_read() {
 fn corrupt(p: &Path, at: u64) {
     use std::os::unix::fs::FileExt;
     let md = std::fs::metadata(p).unwrap();
-    let f = std::fs::OpenOptions::new().read(true).write(true).open(p).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(p)
+        .unwrap();
     let mut b = [0u8];
     f.read_exact_at(&mut b, at).unwrap();
     f.write_all_at(&[!b[0]], at).unwrap();
@@ -901,10 +905,16 @@ fn corrupt(p: &Path, at: u64) {
         tv_sec: s,
         tv_nsec: ns,
     };
-    let times = [t(md.atime(), md.atime_nsec()), t(md.mtime(), md.mtime_nsec())];
+    let times = [
+        t(md.atime(), md.atime_nsec()),
+        t(md.mtime(), md.mtime_nsec()),
+    ];
     let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
     // SAFETY: a valid path and two timespecs.
-    assert_eq!(unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), 0) }, 0);
+    assert_eq!(
+        unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), 0) },
+        0
+    );
 }
 
 /// Injected faults and leg deadlines are the blocking read's to handle: a read then never
@@ -921,7 +931,8 @@ fn with_faults_or_deadlines_reads_stay_blocking() {
     // The blocking read spends the fault and answers from the other leg.
     assert_eq!(fs.read(fh, 0, 9, 1).unwrap().as_slice(), b"some data");
     assert!(matches!(fs.read_start(fh, 0, 9, 1), ReadStart::Legs(_)));
-    fs.mirror().set_leg_timeout(std::time::Duration::from_secs(5));
+    fs.mirror()
+        .set_leg_timeout(std::time::Duration::from_secs(5));
     assert!(matches!(fs.read_start(fh, 0, 9, 1), ReadStart::Blocking));
     fs.release(fh).unwrap();
 }

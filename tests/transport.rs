@@ -323,3 +323,159 @@ fn stat_at(dir: &fs::File, name: &str) -> std::io::Result<()> {
         Err(std::io::Error::last_os_error())
     }
 }
+
+/// `n` threads, each reading random 4 KiB blocks of `p` with O_DIRECT (so that every read
+/// reaches the daemon) for `secs`, checking each against `data`; the reads made.
+fn random_direct_reads(p: &Path, data: &[u8], n: u64, secs: f64) -> u64 {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let blocks = (data.len() / 4096) as u64;
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..n)
+            .map(|t| {
+                s.spawn(move || {
+                    let f = fs::OpenOptions::new()
+                        .read(true)
+                        .custom_flags(libc::O_DIRECT)
+                        .open(p)
+                        .unwrap();
+                    let mut buf = AlignedBuf::new(4096, 4096);
+                    let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ (t + 1);
+                    let end = Instant::now() + Duration::from_secs_f64(secs);
+                    let mut reads = 0;
+                    while Instant::now() < end {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        let off = (x % blocks) * 4096;
+                        f.read_exact_at(buf.as_mut_slice(), off).unwrap();
+                        let want = &data[off as usize..off as usize + 4096];
+                        assert!(buf.as_slice() == want, "block at {off} differs");
+                        reads += 1;
+                    }
+                    reads
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).sum()
+    })
+}
+
+/// Item 2 of the issue: a queue keeps the depth the kernel gives it. Sixteen readers of a leg
+/// that takes 20 ms per request (the disk model's remote leg) keep about sixteen leg reads
+/// under way, each verified against its checksums: far more than one per 20 ms. Over
+/// /dev/fuse, sixteen reader threads (`threads=16`) do the same.
+#[test]
+fn sixteen_readers_are_sixteen_leg_reads_under_way() {
+    require_fuse!();
+    let remote = ModelLeg::new(&["--latency-us", "20000"]);
+    let tmp = tempfile::tempdir().unwrap();
+    let (local, mnt) = (tmp.path().join("local"), tmp.path().join("mnt"));
+    fs::create_dir(&local).unwrap();
+    fs::create_dir(&mnt).unwrap();
+    let legs = vec![local, remote.leg("")];
+    // Every read to the slow leg, so that each one waits 20 ms.
+    let mut opts = vec!["read_policy=devid:1", "readahead=0"];
+    if !switch_on() {
+        opts.push("threads=16");
+    }
+    let mut m = mount_ok(&legs, &mnt, &opts);
+    let data = pattern(4 * MIB, 24);
+    fs::write(mnt.join("f"), &data).unwrap();
+    drop_cached_pages(&mnt.join("f"));
+    let before = stats(&mnt);
+    // The leg's requests in flight, sampled while the readers run.
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (reads, most) = std::thread::scope(|s| {
+        let sampler = s.spawn(|| {
+            let mut most = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                most = most.max(stats(&mnt).legs[1].inflight);
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            most
+        });
+        let reads = random_direct_reads(&mnt.join("f"), &data, 16, 2.0);
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        (reads, sampler.join().unwrap())
+    });
+    let after = stats(&mnt);
+    let served = after.legs[1].read_ops - before.legs[1].read_ops;
+    let verified = after.integrity.as_ref().unwrap().verified_blocks
+        - before.integrity.as_ref().unwrap().verified_blocks;
+    eprintln!(
+        "{reads} reads in 2 s ({:.1} under way on average at 20 ms each); the slow leg served \
+         {served}, at most {most} in flight; {verified} blocks verified",
+        reads as f64 / 2.0 * 0.020
+    );
+    // One read at a time would make 100; sixteen under way about 1,600.
+    assert!(
+        reads >= 800,
+        "{reads} reads in 2 s: the reads waited for each other"
+    );
+    assert!(most >= 12, "at most {most} reads in flight on the leg");
+    assert!(served >= reads, "the slow leg served {served} of {reads}");
+    assert!(
+        verified >= reads,
+        "{verified} blocks verified for {reads} reads"
+    );
+    let ring = after.transport.unwrap().ring_reads - before.transport.unwrap().ring_reads;
+    match switch_on() {
+        // Over io_uring the queues' readers ran most of them on their rings.
+        true => assert!(ring >= reads / 2, "{ring} of {reads} reads ran on a ring"),
+        false => assert_eq!(ring, 0),
+    }
+    m.unmount();
+}
+
+/// Reads that fail on the ring (a block that does not match its checksum, on one leg) are
+/// answered the blocking way: the good copy is read, the bad one repaired. Several readers at
+/// once, so that the queue's reader answers them (over io_uring).
+#[test]
+fn reads_that_fail_on_the_ring_are_answered_and_repaired() {
+    require_fuse!();
+    let m = TestMirror::new(2).mount();
+    let data = pattern(2 * MIB, 7);
+    fs::write(m.path("f"), &data).unwrap();
+    // Rot on leg 0's copy: every 16th block of the file.
+    let rotten: Vec<u64> = (0..(2 * MIB as u64 / 4096)).step_by(16).collect();
+    for &b in &rotten {
+        corrupt_keeping_times(&m.leg(0).join("f"), b * 4096, 100);
+    }
+    drop_cached_pages(&m.leg(0).join("f"));
+    drop_cached_pages(&m.path("f"));
+    let reads = random_direct_reads(&m.path("f"), &data, 8, 1.5);
+    assert!(reads > 100, "{reads} reads");
+    // Every rotten block read at least once more, so that each is repaired.
+    let f = fs::File::open(m.path("f")).unwrap();
+    for &b in &rotten {
+        let mut buf = vec![0u8; 4096];
+        std::os::unix::fs::FileExt::read_exact_at(&f, &mut buf, b * 4096).unwrap();
+        assert!(
+            buf[..] == data[b as usize * 4096..(b as usize + 1) * 4096],
+            "block {b}"
+        );
+    }
+    let s = stats(m.mnt());
+    assert!(
+        s.legs[0].checksum_errors > 0 && s.legs[0].read_repairs > 0,
+        "leg 0: {} checksum errors, {} repairs",
+        s.legs[0].checksum_errors,
+        s.legs[0].read_repairs
+    );
+    assert_eq!(s.legs[1].checksum_errors, 0);
+    assert_content_on_legs(m.legs(), "f", &data);
+    let t = s.transport.unwrap();
+    eprintln!(
+        "{reads} reads; {} on the queues' rings, {} of them redone the blocking way",
+        t.ring_reads, t.ring_reads_redone
+    );
+    if switch_on() {
+        assert!(t.ring_reads > 0, "no read ran on a ring: {t:?}");
+        assert!(
+            t.ring_reads_redone > 0,
+            "no failed ring read was redone: {t:?}"
+        );
+    } else {
+        assert_eq!((t.ring_reads, t.ring_reads_redone), (0, 0), "{t:?}");
+    }
+}

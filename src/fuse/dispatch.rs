@@ -9,7 +9,9 @@ use super::reply::{self, Answer, Listing};
 use super::request::Op;
 use crate::config::KernelCache;
 use crate::errno::{Errno, Result};
-use crate::fs::{Caller, MirrorFs, PassthroughTo, SetAttr, TimeSpec, XattrReply};
+use crate::fs::{
+    Caller, MirrorFs, PassthroughTo, PendingRead, ReadStart, SetAttr, TimeSpec, XattrReply,
+};
 use crate::leg::LegIdx;
 use crate::sys::fusedev::BackingId;
 use std::collections::HashMap;
@@ -32,6 +34,16 @@ pub struct Negotiated {
     pub uring: bool,
     /// The largest WRITE (and READ) the kernel sends.
     pub max_write: u32,
+}
+
+/// How a READ handed to [`MirrorFuse::read_begin`] goes on.
+pub enum ReadBegun {
+    /// Answered already.
+    Answer(Answer),
+    /// The legs' reads to run, then [`MirrorFuse::read_finish`].
+    Legs(Box<PendingRead>),
+    /// Only [`MirrorFuse::handle`] may answer it, on a thread that may block.
+    Blocking,
 }
 
 /// Who may send requests when the mount is not `allow_other` (fuser's `SessionACL::Owner`).
@@ -216,6 +228,30 @@ impl MirrorFuse {
                 | Op::Release { .. }
                 | Op::Releasedir { .. }
         )
+    }
+
+    /// Starts a READ for a transport that runs the legs' reads itself (the core's
+    /// [`MirrorFs::read_start`]); any other request is [`ReadBegun::Blocking`].
+    pub fn read_begin(&self, h: &abi::InHeader, op: Op<'_>) -> ReadBegun {
+        if !self.allowed(h, &op) {
+            return ReadBegun::Answer(Answer::Error(libc::EACCES));
+        }
+        let Op::Read { fh, offset, size } = op else {
+            return ReadBegun::Blocking;
+        };
+        match self.fs.read_start(fh, offset, size, h.pid) {
+            ReadStart::Done(r) => ReadBegun::Answer(answer("read", r, Answer::Data)),
+            ReadStart::Legs(p) => ReadBegun::Legs(p),
+            ReadStart::Blocking => ReadBegun::Blocking,
+        }
+    }
+
+    /// Finishes a READ begun with [`read_begin`](Self::read_begin): `got[i]` is what the leg
+    /// read `i` gave. `None`: [`handle`](Self::handle) must answer it.
+    pub fn read_finish(&self, p: Box<PendingRead>, got: &[Result<usize>]) -> Option<Answer> {
+        self.fs
+            .read_end(p, got)
+            .map(|r| answer("read", r, Answer::Data))
     }
 
     /// Answers one request.

@@ -188,25 +188,36 @@ impl Mounted {
                 .map_err(|e| format!("cannot start a FUSE thread: {e}"))
         };
         let mut serving = 0usize;
-        for i in 0..threads.max(1) {
-            let file = devfuse_file(&dev, i)
-                .map_err(|e| format!("cannot clone the FUSE descriptor: {e}"))?;
-            let fuse = fuse.clone();
-            spawn(
-                format!("fuse-{i}"),
-                Box::new(move || devfuse::serve_one(&fuse, file)),
-            )?;
-            serving += 1;
-        }
+        let mut readers = 0usize;
+        let mut more_readers = |upto: usize| -> Result<(), String> {
+            while readers < upto {
+                let file = devfuse_file(&dev, readers)
+                    .map_err(|e| format!("cannot clone the FUSE descriptor: {e}"))?;
+                let fuse = fuse.clone();
+                spawn(
+                    format!("fuse-{readers}"),
+                    Box::new(move || devfuse::serve_one(&fuse, file)),
+                )?;
+                readers += 1;
+                serving += 1;
+            }
+            Ok(())
+        };
+        // Over io_uring, /dev/fuse carries only forgets, interrupts and what comes before the
+        // rings are ready: one reader, which also lets the kernel batch forgets (eight readers
+        // woke one each, for every file an rm -rf removed).
+        let wanted = threads.max(1);
+        more_readers(if self.neg.uring { 1 } else { wanted })?;
         let mut stats = TransportStats {
             kind: "devfuse".into(),
             why: String::new(),
             queues: 0,
             queue_depth: 0,
-            devfuse_threads: threads.max(1),
+            devfuse_threads: wanted,
             ring_reads: 0,
             ring_reads_redone: 0,
         };
+        let mut ring_threads = 0;
         match (self.transport, self.neg.uring) {
             (Transport::Devfuse, _) => stats.why = "transport=devfuse".into(),
             (_, false) => {
@@ -235,8 +246,9 @@ impl Mounted {
                         stats.why = format!("transport={}: the kernel offers it", t.name());
                         stats.queues = queues;
                         stats.queue_depth = uring::DEPTH;
+                        stats.devfuse_threads = 1;
                         fuse.set_rings();
-                        serving += threads;
+                        ring_threads = threads;
                     }
                     Err(e) if t == Transport::Uring => {
                         self.unmount();
@@ -245,10 +257,12 @@ impl Mounted {
                     Err(e) => {
                         stats.why = format!("transport=auto: the rings could not be set up: {e}");
                         log::error!("transport: /dev/fuse, since the io_uring rings could not be set up: {e}");
+                        more_readers(wanted)?;
                     }
                 }
             }
         }
+        serving += ring_threads;
         log::info!(
             "transport: {} ({}; {} queue(s), {} /dev/fuse thread(s))",
             stats.kind,

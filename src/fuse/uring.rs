@@ -1,50 +1,121 @@
-//! The FUSE-over-io_uring transport: one queue per possible CPU, as the kernel wants, and in
-//! each queue `DEPTH` ring entries, each served by a thread of its own, pinned to the queue's
-//! CPU, on a ring of its own.
+//! The FUSE-over-io_uring transport: one queue per possible CPU, as the kernel wants, each with
+//! `DEPTH` ring entries. A queue is served by `DEPTH` entry threads and one reader, all pinned
+//! to the queue's CPU, each on a ring of its own.
 //!
 //! An entry is registered with `FUSE_IO_URING_CMD_REGISTER`; a request arrives as the
 //! completion of it, and its answer goes back, with the fetch of the next request, as one
 //! `FUSE_IO_URING_CMD_COMMIT_AND_FETCH`. The kernel sends a request to the queue of the CPU
-//! that made it, on any entry of that queue that is free: so a request and its answer stay on
-//! the core of the program that asked, and the thread that takes it is the one that answers,
-//! with no hand-off and no wake-up of another thread.
+//! that made it, on any entry of that queue that is free, so a request and its answer stay on
+//! the core of the program that asked. The kernel takes an entry's commit from any ring of the
+//! connection, and the entry's next request then completes on that ring: an entry belongs to
+//! the thread that last committed it, and moves with its request from one thread to another.
 //!
-//! Leg I/O never stalls a queue: an entry whose thread waits for a disk holds only that entry,
-//! and the queue's other entries go on serving. So a queue keeps as many requests in flight
-//! as the kernel gives it, up to `DEPTH` (16 random reads at iodepth 16 are 16 leg reads under
-//! way). Measured against one thread per queue that answers cheap requests itself and hands
-//! slow ones to workers (a channel there, an eventfd read on the ring back), this serves the
-//! same metadata load as fast and random reads 1.3-1.5 x faster: a hand-off costs two wake-ups
-//! per request (docs/architecture.md, "The FUSE session and its transports").
+//! Two kinds of thread, so that leg I/O never stalls a queue:
+//!
+//! - An **entry thread** answers a request by calling the core, which may block (a create on
+//!   two legs, an fsync). It holds at most one entry: while it waits for a disk, no other
+//!   request waits for it. An entry thread without an entry waits for one handed to it.
+//! - The **reader** answers READs without blocking: the core routes and counts the read
+//!   (`MirrorFs::read_start`), the legs' reads are submitted on the reader's own ring, and
+//!   their completions are checked and answered (`MirrorFs::read_end`) as they come. It holds
+//!   as many entries as there are READs in flight, so 16 random reads at iodepth 16 are 16 leg
+//!   reads under way, served by one thread that sleeps only when there is nothing to do.
+//!
+//! A READ that comes to an entry thread while the queue is answering no other READ is answered
+//! there, with `pread` (one reader at a time pays no hand-over); one that comes while others are
+//! under way goes to the reader. Anything else that comes to the reader, and any READ it cannot
+//! finish (a leg failed, a block did not match its checksum, faults injected, `leg_timeout`),
+//! goes to an entry thread without an entry (there is always one: the reader holds k entries
+//! only while k entry threads hold none), which answers it the blocking way: ask another leg,
+//! repair. Measured (docs/architecture.md, "The FUSE session and its transports").
 
 use super::abi;
-use super::dispatch::MirrorFuse;
+use super::dispatch::{MirrorFuse, ReadBegun};
 use super::reply::Answer;
+use super::request;
 use super::Ended;
+use crate::fs::{LegRead, PendingRead};
 use crate::sys::fusedev::pin_to_cpu;
-use crate::sys::uring::{FuseRing, Slot};
-use crossbeam_channel::Sender;
+use crate::sys::uring::{Done, EventFd, FuseRing, NoRead, RingRead, Slot};
+use crossbeam_channel::{Receiver, Sender};
 use std::fs::File;
+use std::os::fd::BorrowedFd;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use zerocopy::{FromBytes, IntoBytes};
 
 /// Ring entries per queue: requests one queue can have in flight.
 pub const DEPTH: usize = 16;
 
-/// The request in a slot the kernel filled, answered into the same slot; returns the
-/// request's unique id (the commit id).
-fn answer_slot(fuse: &MirrorFuse, slot: &mut Slot) -> u64 {
-    let (hdr, payload) = slot.split_mut();
+/// Where the entry's trailer (`fuse_uring_ent_in_out`) is in its header.
+const ENT_AT: usize = abi::URING_IN_OUT_HEADER_SZ + abi::URING_OP_IN_OUT_SZ;
+
+/// What an entry thread without an entry is handed.
+enum Job {
+    /// An entry with a request in it, to answer the blocking way.
+    Entry(Box<Slot>),
+    /// The queue ended.
+    Stop,
+}
+
+/// What the threads of one queue share.
+struct Queue {
+    qid: usize,
+    /// Entries for the entry threads that hold none.
+    jobs: (Sender<Job>, Receiver<Job>),
+    /// READs for the reader, which `wake` wakes.
+    to_reader: (Sender<Box<Slot>>, Receiver<Box<Slot>>),
+    wake: Arc<EventFd>,
+    /// READs being answered on the queue, by any of its threads.
+    reads: AtomicUsize,
+    ended: AtomicBool,
+}
+
+impl Queue {
+    /// The connection ended (seen by one thread): the others stop too.
+    fn end(&self) {
+        if !self.ended.swap(true, Ordering::AcqRel) {
+            for _ in 0..DEPTH {
+                let _ = self.jobs.0.send(Job::Stop);
+            }
+            self.wake.signal();
+        }
+    }
+
+    fn to_entry_thread(&self, slot: Box<Slot>) {
+        let _ = self.jobs.0.send(Job::Entry(slot));
+    }
+
+    fn to_reader(&self, slot: Box<Slot>) {
+        let _ = self.to_reader.0.send(slot);
+        self.wake.signal();
+    }
+}
+
+/// The request's header and its entry's trailer, as the kernel wrote them into `slot`.
+fn request_of(slot: &Slot) -> (abi::InHeader, abi::UringEntInOut) {
+    let hdr = slot.header();
     let h = abi::InHeader::read_from_prefix(&hdr[..abi::URING_IN_OUT_HEADER_SZ])
         .map(|(h, _)| h)
         .unwrap_or_default();
-    let ent_at = abi::URING_IN_OUT_HEADER_SZ + abi::URING_OP_IN_OUT_SZ;
-    let ent = abi::UringEntInOut::read_from_prefix(&hdr[ent_at..])
+    let ent = abi::UringEntInOut::read_from_prefix(&hdr[ENT_AT..])
         .map(|(e, _)| e)
         .unwrap_or_default();
-    let op_in = &hdr[abi::URING_IN_OUT_HEADER_SZ..ent_at];
+    (h, ent)
+}
+
+/// The opcode's header and the payload of the request in `slot`.
+fn parts_of<'a>(slot: &'a Slot, ent: &abi::UringEntInOut) -> (&'a [u8], &'a [u8]) {
+    let op_in = &slot.header()[abi::URING_IN_OUT_HEADER_SZ..ENT_AT];
+    let payload = slot.payload();
     let n = (ent.payload_sz as usize).min(payload.len());
-    let a = super::answer_guarded(fuse, &h, op_in, &payload[..n]);
+    (op_in, &payload[..n])
+}
+
+/// Writes `a`, the answer to the request `unique`, into `slot`.
+fn write_answer(slot: &mut Slot, unique: u64, commit_id: u64, a: Answer) {
+    let (hdr, payload) = slot.split_mut();
     let a = match a.body().len() <= payload.len() {
         true => a,
         false => {
@@ -58,32 +129,60 @@ fn answer_slot(fuse: &MirrorFuse, slot: &mut Slot) -> u64 {
     let body = a.body();
     let sz = body.len();
     payload[..sz].copy_from_slice(body);
-    let out = a.header(h.unique);
-    hdr[..16].copy_from_slice(out.as_bytes());
+    hdr[..16].copy_from_slice(a.header(unique).as_bytes());
     let ent_out = abi::UringEntInOut {
         payload_sz: sz as u32,
-        commit_id: ent.commit_id,
+        commit_id,
         ..Default::default()
     };
-    hdr[ent_at..ent_at + 32].copy_from_slice(ent_out.as_bytes());
+    hdr[ENT_AT..ENT_AT + 32].copy_from_slice(ent_out.as_bytes());
+}
+
+/// Answers the request in `slot` the blocking way; returns its commit id.
+fn answer_slot(fuse: &MirrorFuse, slot: &mut Slot) -> u64 {
+    let (h, ent) = request_of(slot);
+    let (op_in, payload) = parts_of(slot, &ent);
+    let a = super::answer_guarded(fuse, &h, op_in, payload);
+    write_answer(slot, h.unique, ent.commit_id, a);
     ent.commit_id
 }
 
-/// Serves one entry of queue `qid`, on a ring of its own, until the connection ends; says on
-/// `registered` once the kernel has the entry (or why it could not).
-fn serve_entry(
-    fuse: &MirrorFuse,
-    dev: Arc<File>,
-    qid: usize,
-    registered: Sender<std::io::Result<()>>,
-) -> std::io::Result<()> {
+/// Whether the connection's end shows in a completion's result: ENOTCONN, ECANCELED or ENODEV
+/// end a thread quietly; another error is a fault of ours, and ends the mount.
+fn ended(qid: usize, res: i32) -> std::io::Result<()> {
+    let e = std::io::Error::from_raw_os_error(-res);
+    match -res {
+        libc::ENOTCONN | libc::ECANCELED | libc::ENODEV => {
+            log::debug!("queue {qid}: an entry ended: {e}");
+            Ok(())
+        }
+        _ => Err(std::io::Error::new(
+            e.kind(),
+            format!("the kernel refused a ring entry: {e}"),
+        )),
+    }
+}
+
+fn pin(qid: usize) {
     if let Err(e) = pin_to_cpu(qid) {
         // An offline CPU: its queue still has to exist for the kernel to use the rings.
         log::debug!("queue {qid}: cannot pin to CPU {qid}: {e}");
     }
+}
+
+/// An entry thread of queue `q`: registers one entry, then answers what comes on it or is
+/// handed to it, until the connection ends; says on `registered` once the kernel has the
+/// entry (or why it could not).
+fn serve_entry(
+    fuse: &MirrorFuse,
+    dev: Arc<File>,
+    q: &Queue,
+    registered: Sender<std::io::Result<()>>,
+) -> std::io::Result<()> {
+    pin(q.qid);
     let payload_len = (fuse.negotiated().max_write as usize).max(1 << 20) + 4096;
-    let setup = || -> std::io::Result<FuseRing> {
-        let mut ring = FuseRing::new(dev.clone(), qid as u16)?;
+    let setup = || -> std::io::Result<FuseRing<NoRead>> {
+        let mut ring = FuseRing::new(dev.clone(), q.qid as u16, 4)?;
         ring.register(Slot::new(payload_len)?)?;
         ring.submit_and_wait(0)?;
         Ok(ring)
@@ -96,35 +195,271 @@ fn serve_entry(
         }
     };
     let _ = registered.send(Ok(()));
+    let mut done = Vec::with_capacity(2);
     loop {
-        ring.submit_and_wait(1)?;
-        let Some((res, mut slot)) = ring.reap() else {
-            continue;
-        };
-        if res < 0 {
-            // ENOTCONN/ECANCELED/ENODEV: the connection is gone (unmount) or the ring is
-            // being torn down. Anything else is a fault of ours, and ends the mount.
-            let e = std::io::Error::from_raw_os_error(-res);
-            return match -res {
-                libc::ENOTCONN | libc::ECANCELED | libc::ENODEV => {
-                    log::debug!("queue {qid}: an entry ended: {e}");
-                    Ok(())
+        let mut slot = match ring.slots_held() {
+            0 => match q.jobs.1.recv() {
+                Ok(Job::Entry(mut slot)) => {
+                    fuse.injected_fault(true)?;
+                    let id = answer_slot(fuse, &mut slot);
+                    ring.commit(slot, id)?;
+                    continue;
                 }
-                _ => Err(std::io::Error::new(
-                    e.kind(),
-                    format!("the kernel refused a ring entry: {e}"),
-                )),
-            };
-        }
+                Ok(Job::Stop) | Err(_) => return Ok(()),
+            },
+            _ => {
+                ring.submit_and_wait(1)?;
+                done.clear();
+                ring.reap(&mut done)?;
+                match done.pop() {
+                    Some(Done::Slot(res, _)) if res < 0 => {
+                        q.end();
+                        return ended(q.qid, res);
+                    }
+                    Some(Done::Slot(_, slot)) => slot,
+                    _ => continue,
+                }
+            }
+        };
         fuse.injected_fault(true)?;
-        let id = answer_slot(fuse, &mut slot);
-        ring.commit(slot, id)?;
+        let (h, _) = request_of(&slot);
+        if h.opcode == abi::op::READ {
+            if q.reads.load(Ordering::Acquire) > 0 {
+                q.to_reader(slot);
+                continue;
+            }
+            q.reads.fetch_add(1, Ordering::AcqRel);
+            let id = answer_slot(fuse, &mut slot);
+            q.reads.fetch_sub(1, Ordering::AcqRel);
+            ring.commit(slot, id)?;
+        } else {
+            let id = answer_slot(fuse, &mut slot);
+            ring.commit(slot, id)?;
+        }
     }
 }
 
-/// Starts the entries of one queue per possible CPU on the connection `dev`, each thread
-/// saying on `ended` when it ends (how, and under which name); returns the number of threads
-/// once every entry is registered (the kernel then sends requests on the rings).
+/// One leg read of a READ the reader waits on.
+struct Piece {
+    /// The READ's place in the reader's table, and the read's place in the READ.
+    id: usize,
+    index: usize,
+    read: LegRead,
+}
+
+impl RingRead for Piece {
+    fn target(&mut self) -> (BorrowedFd<'_>, &mut [u8], u64) {
+        self.read.target()
+    }
+
+    fn may_block(&self) -> bool {
+        self.read.may_block
+    }
+}
+
+/// A READ whose legs' reads are under way on the reader's ring.
+struct Waiting {
+    slot: Box<Slot>,
+    unique: u64,
+    commit_id: u64,
+    read: Box<PendingRead>,
+    /// The leg reads as they come back, and what each gave.
+    back: Vec<Option<(LegRead, crate::errno::Result<usize>)>>,
+    left: usize,
+}
+
+/// The reader of queue `q`: answers READs with their legs' reads submitted on its own ring,
+/// until the connection ends.
+fn serve_reads(
+    fuse: &MirrorFuse,
+    dev: Arc<File>,
+    q: &Queue,
+    registered: Sender<std::io::Result<()>>,
+) -> std::io::Result<()> {
+    // Not pinned: a reader mostly waits for disks, and one that shares the CPU of the
+    // program it serves takes turns with it. Measured on two CPUs, random 4 KiB reads at
+    // iodepth 16 and 1 MiB sequential reads were 6 % and 19 % faster with the reader free to
+    // run beside the program (docs/architecture.md).
+    let setup = || -> std::io::Result<FuseRing<Piece>> {
+        let mut ring = FuseRing::new(dev.clone(), q.qid as u16, 4 * DEPTH as u32)?;
+        ring.arm_wake(&q.wake)?;
+        ring.submit()?;
+        Ok(ring)
+    };
+    let mut ring = match setup() {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = registered.send(Err(std::io::Error::new(e.kind(), e.to_string())));
+            return Err(e);
+        }
+    };
+    let _ = registered.send(Ok(()));
+    let mut r = Reader {
+        fuse,
+        q,
+        waiting: Vec::new(),
+        free: Vec::new(),
+    };
+    let mut done = Vec::with_capacity(4 * DEPTH);
+    loop {
+        ring.submit_and_wait(1)?;
+        done.clear();
+        ring.reap(&mut done)?;
+        for d in done.drain(..) {
+            match d {
+                Done::Wake => {
+                    while let Ok(slot) = q.to_reader.1.try_recv() {
+                        r.start(&mut ring, slot)?;
+                    }
+                    if !q.ended.load(Ordering::Acquire) {
+                        ring.arm_wake(&q.wake)?;
+                    }
+                }
+                Done::Slot(res, _) if res < 0 => {
+                    q.end();
+                    ended(q.qid, res)?;
+                }
+                Done::Slot(_, slot) => {
+                    fuse.injected_fault(true)?;
+                    r.start(&mut ring, slot)?;
+                }
+                Done::Read(piece, got) => r.piece_done(&mut ring, *piece, got)?,
+            }
+        }
+        if q.ended.load(Ordering::Acquire) && ring.slots_held() == 0 {
+            // Reads still under way stay with the ring, which never frees what the kernel
+            // may still write.
+            return Ok(());
+        }
+    }
+}
+
+/// The reader's READs in flight.
+struct Reader<'a> {
+    fuse: &'a MirrorFuse,
+    q: &'a Queue,
+    waiting: Vec<Option<Waiting>>,
+    free: Vec<usize>,
+}
+
+impl Reader<'_> {
+    /// A request on an entry the reader holds, or a READ handed to it.
+    fn start(&mut self, ring: &mut FuseRing<Piece>, mut slot: Box<Slot>) -> std::io::Result<()> {
+        let (h, ent) = request_of(&slot);
+        if h.opcode != abi::op::READ {
+            self.q.to_entry_thread(slot);
+            return Ok(());
+        }
+        let begun = {
+            let (op_in, payload) = parts_of(&slot, &ent);
+            match request::decode(h.opcode, op_in, payload) {
+                // The blocking way says what is malformed.
+                Err(_) => ReadBegun::Blocking,
+                Ok(op) => catch_unwind(AssertUnwindSafe(|| self.fuse.read_begin(&h, op)))
+                    .unwrap_or_else(|_| {
+                        log::error!(
+                            "the daemon panicked starting a read (node {}): answered EIO",
+                            h.nodeid
+                        );
+                        ReadBegun::Answer(Answer::Error(libc::EIO))
+                    }),
+            }
+        };
+        match begun {
+            ReadBegun::Answer(a) => {
+                write_answer(&mut slot, h.unique, ent.commit_id, a);
+                ring.commit(slot, ent.commit_id)
+            }
+            ReadBegun::Blocking => {
+                self.q.to_entry_thread(slot);
+                Ok(())
+            }
+            ReadBegun::Legs(mut read) => {
+                self.q.reads.fetch_add(1, Ordering::AcqRel);
+                let id = match self.free.pop() {
+                    Some(id) => id,
+                    None => {
+                        self.waiting.push(None);
+                        self.waiting.len() - 1
+                    }
+                };
+                let reads = std::mem::take(&mut read.reads);
+                let n = reads.len();
+                self.waiting[id] = Some(Waiting {
+                    slot,
+                    unique: h.unique,
+                    commit_id: ent.commit_id,
+                    read,
+                    back: (0..n).map(|_| None).collect(),
+                    left: n,
+                });
+                if n == 0 {
+                    return self.finish(ring, id);
+                }
+                for (index, read) in reads.into_iter().enumerate() {
+                    ring.read(Box::new(Piece { id, index, read }))?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// A leg read came back.
+    fn piece_done(
+        &mut self,
+        ring: &mut FuseRing<Piece>,
+        piece: Piece,
+        got: std::io::Result<usize>,
+    ) -> std::io::Result<()> {
+        let Some(Some(w)) = self.waiting.get_mut(piece.id) else {
+            return Ok(());
+        };
+        if let Some(b) = w.back.get_mut(piece.index) {
+            *b = Some((piece.read, got.map_err(crate::errno::Errno::from)));
+            w.left -= 1;
+        }
+        match w.left {
+            0 => self.finish(ring, piece.id),
+            _ => Ok(()),
+        }
+    }
+
+    /// Every leg read of READ `id` came back: answered, or handed to an entry thread.
+    fn finish(&mut self, ring: &mut FuseRing<Piece>, id: usize) -> std::io::Result<()> {
+        let Some(mut w) = self.waiting.get_mut(id).and_then(Option::take) else {
+            return Ok(());
+        };
+        self.free.push(id);
+        let mut got = Vec::with_capacity(w.back.len());
+        for (read, r) in w.back.into_iter().flatten() {
+            w.read.reads.push(read);
+            got.push(r);
+        }
+        let fuse = self.fuse;
+        let a = catch_unwind(AssertUnwindSafe(|| fuse.read_finish(w.read, &got))).unwrap_or_else(
+            |_| {
+                log::error!("the daemon panicked finishing a read: answered EIO");
+                Some(Answer::Error(libc::EIO))
+            },
+        );
+        self.q.reads.fetch_sub(1, Ordering::AcqRel);
+        match a {
+            Some(a) => {
+                write_answer(&mut w.slot, w.unique, w.commit_id, a);
+                ring.commit(w.slot, w.commit_id)
+            }
+            None => {
+                self.q.to_entry_thread(w.slot);
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Starts the threads of one queue per possible CPU on the connection `dev`, each thread
+/// saying on `ended` when it ends (how, and under which name); returns the number of queues
+/// and of threads once every entry is registered (the kernel then sends requests on the
+/// rings).
 pub fn start(
     fuse: Arc<MirrorFuse>,
     dev: Arc<File>,
@@ -134,14 +469,34 @@ pub fn start(
     let (tx, rx) = crossbeam_channel::unbounded();
     let mut threads = 0;
     for qid in 0..queues {
-        for e in 0..DEPTH {
-            let (fuse, dev, tx, ended) = (fuse.clone(), dev.clone(), tx.clone(), ended.clone());
-            let name = format!("fuse-q{qid}-e{e}");
+        let q = Arc::new(Queue {
+            qid,
+            jobs: crossbeam_channel::unbounded(),
+            to_reader: crossbeam_channel::unbounded(),
+            wake: Arc::new(EventFd::new()?),
+            reads: AtomicUsize::new(0),
+            ended: AtomicBool::new(false),
+        });
+        for e in 0..=DEPTH {
+            let (fuse, dev, tx, ended, q) = (
+                fuse.clone(),
+                dev.clone(),
+                tx.clone(),
+                ended.clone(),
+                q.clone(),
+            );
+            let name = match e {
+                DEPTH => format!("fuse-q{qid}-read"),
+                _ => format!("fuse-q{qid}-e{e}"),
+            };
             let n = name.clone();
             std::thread::Builder::new().name(name).spawn(move || {
-                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    serve_entry(&fuse, dev, qid, tx)
+                let r = catch_unwind(AssertUnwindSafe(|| match e {
+                    DEPTH => serve_reads(&fuse, dev, &q, tx),
+                    _ => serve_entry(&fuse, dev, &q, tx),
                 }));
+                // Whatever ended this thread, the queue's others must not wait for it.
+                q.end();
                 let _ = ended.send((n, r));
             })?;
             threads += 1;

@@ -1,17 +1,20 @@
-//! One FUSE io_uring queue's ring (`Documentation/filesystems/fuse/fuse-io-uring.rst`): its
-//! entries' buffers, the REGISTER and COMMIT_AND_FETCH commands, and the completions.
+//! A FUSE io_uring queue's ring (`Documentation/filesystems/fuse/fuse-io-uring.rst`): its
+//! entries' buffers, the REGISTER and COMMIT_AND_FETCH commands, reads of leg files run beside
+//! them, a wake-up from other threads, and the completions.
 //!
 //! The memory rule lives here. A ring entry ([`Slot`]) is a header buffer and a payload buffer
 //! that the kernel writes a request into and reads a reply from. It belongs either to the
 //! daemon (between a completion and the next command) or to the kernel (from a command until
 //! its completion): [`FuseRing::register`] and [`FuseRing::commit`] take the slot, and the
 //! completion gives it back, so no Rust reference to it exists while the kernel may write it.
+//! A leg read's buffer ([`RingRead`]) moves the same way, by value into [`FuseRing::read`] and
+//! back out with its completion.
 //! A slot the kernel still holds when the ring goes is never freed: the kernel keeps the
 //! addresses of registered entries for the connection's life.
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -116,25 +119,87 @@ impl Drop for Slot {
     }
 }
 
-/// A ring that serves one entry of a FUSE queue, on the FUSE connection's descriptor.
-pub struct FuseRing {
+/// What a ring read fills: a descriptor and a buffer, both owned by the value. The ring holds
+/// the value (boxed) from [`FuseRing::read`] until the read's completion, so the buffer can
+/// neither move nor be freed while the kernel writes it, and the descriptor stays open.
+pub trait RingRead: Send + 'static {
+    /// The descriptor, the whole buffer to fill, and the file offset its first byte is read
+    /// from. Asked again for a read that came back short before the end of the file.
+    fn target(&mut self) -> (BorrowedFd<'_>, &mut [u8], u64);
+
+    /// Whether the read may block its submitter: the kernel then runs it on its own worker
+    /// threads (`IOSQE_ASYNC`) instead of trying it inline first. A file of a FUSE or network
+    /// filesystem is such: the kernel's inline attempt at a read there waits for the answer
+    /// (measured: a FUSE leg with 100 ms of latency held the submitting thread 100 ms per
+    /// read), where a block-device filesystem returns EAGAIN instead and is punted.
+    fn may_block(&self) -> bool {
+        false
+    }
+}
+
+/// A ring read under way: the value, and how much of its buffer is filled.
+struct Reading<R> {
+    target: Box<R>,
+    done: usize,
+}
+
+/// What the ring gave back.
+pub enum Done<R> {
+    /// The kernel gave a slot back: a request is in it (`res` 0), or the kernel gave the entry
+    /// up (`res` a negated errno: `-ENOTCONN` once the connection is gone).
+    Slot(i32, Box<Slot>),
+    /// A read finished: the bytes read (fewer than the buffer only at the end of the file),
+    /// or its error.
+    Read(Box<R>, io::Result<usize>),
+    /// The wake-up descriptor ([`FuseRing::arm_wake`]) was signalled.
+    Wake,
+}
+
+/// A ring that serves entries of one FUSE queue, on the FUSE connection's descriptor, and
+/// runs reads of leg files beside them. The thread that made it is the only one to use it.
+pub struct FuseRing<R: RingRead = NoRead> {
     ring: IoUring<squeue::Entry128, cqueue::Entry>,
     dev: RawFd,
     /// Keeps the connection's descriptor open while the ring uses it.
     _dev_owner: Arc<dyn AsRawFd + Send + Sync>,
     qid: u16,
-    /// The slot, while the kernel holds it.
-    in_kernel: Option<Box<Slot>>,
+    /// The slots the kernel holds, by tag.
+    slots: Vec<Option<Box<Slot>>>,
+    /// The reads under way, by tag.
+    reads: Vec<Option<Reading<R>>>,
+    free_reads: Vec<u32>,
+    /// The wake-up eventfd and the buffer its read fills, while armed.
+    wake: Option<(Arc<EventFd>, Box<u64>)>,
+    wake_armed: bool,
+    /// Commands queued but not yet submitted.
+    queued: usize,
 }
 
-impl FuseRing {
-    /// A ring for one entry of queue `qid`. To be made on the thread that will submit on it:
-    /// it is set up for a single issuer.
-    pub fn new(dev: Arc<dyn AsRawFd + Send + Sync>, qid: u16) -> io::Result<FuseRing> {
-        let entries = 4;
+/// For a ring that runs no reads.
+pub struct NoRead;
+
+impl RingRead for NoRead {
+    fn target(&mut self) -> (BorrowedFd<'_>, &mut [u8], u64) {
+        unreachable!("a ring without reads submits none")
+    }
+}
+
+/// User data: the kind in the top two bits, a tag below.
+const KIND_SLOT: u64 = 0;
+const KIND_READ: u64 = 1 << 62;
+const KIND_WAKE: u64 = 2 << 62;
+const KIND_MASK: u64 = 3 << 62;
+
+impl<R: RingRead> FuseRing<R> {
+    /// A ring for entries of queue `qid`, room for `depth` commands at once (entries, reads
+    /// and the wake-up). To be made on the thread that will submit on it: it is set up for a
+    /// single issuer, whose completions the kernel handles when that thread waits.
+    pub fn new(dev: Arc<dyn AsRawFd + Send + Sync>, qid: u16, depth: u32) -> io::Result<Self> {
+        let entries = depth.max(4).next_power_of_two();
         let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
             .setup_single_issuer()
             .setup_defer_taskrun()
+            .setup_taskrun_flag()
             .setup_cqsize(entries * 2)
             .build(entries)
             .or_else(|_| {
@@ -147,19 +212,27 @@ impl FuseRing {
             dev: dev.as_raw_fd(),
             _dev_owner: dev,
             qid,
-            in_kernel: None,
+            slots: Vec::new(),
+            reads: Vec::new(),
+            free_reads: Vec::new(),
+            wake: None,
+            wake_armed: false,
+            queued: 0,
         })
     }
 
     fn push(&mut self, e: &squeue::Entry128) -> io::Result<()> {
         loop {
-            // SAFETY: the buffers an entry names (the slot's iovecs) are owned by `self`
-            // until its completion is reaped.
+            // SAFETY: the buffers an entry names (a slot's iovecs, a read's buffer, the wake
+            // counter) are owned by `self` until its completion is reaped.
             let pushed = unsafe { self.ring.submission().push(e) };
             match pushed {
-                Ok(()) => return Ok(()),
+                Ok(()) => {
+                    self.queued += 1;
+                    return Ok(());
+                }
                 Err(_) => {
-                    self.ring.submit()?;
+                    self.submit()?;
                 }
             }
         }
@@ -170,13 +243,20 @@ impl FuseRing {
         // struct fuse_uring_cmd_req { u64 flags; u64 commit_id; u16 qid; u8 padding[6]; }
         cmd[8..16].copy_from_slice(&commit_id.to_ne_bytes());
         cmd[16..18].copy_from_slice(&self.qid.to_ne_bytes());
+        let tag = match self.slots.iter().position(Option::is_none) {
+            Some(t) => t,
+            None => {
+                self.slots.push(None);
+                self.slots.len() - 1
+            }
+        };
         let mut e = opcode::UringCmd80::new(types::Fd(self.dev), cmd_op)
             .cmd(cmd)
             .addr(Some(slot.iov.as_ptr() as u64))
             .build()
-            .user_data(SLOT);
+            .user_data(KIND_SLOT | tag as u64);
         set_sqe_len(&mut e, 2);
-        self.in_kernel = Some(slot);
+        self.slots[tag] = Some(slot);
         self.push(&e)
     }
 
@@ -186,47 +266,203 @@ impl FuseRing {
     }
 
     /// Sends the reply in the slot and asks for the next request
-    /// (`FUSE_IO_URING_CMD_COMMIT_AND_FETCH`).
+    /// (`FUSE_IO_URING_CMD_COMMIT_AND_FETCH`). The entry may have come from another ring:
+    /// the kernel takes an entry's commit from any ring of the connection, and the next
+    /// request on it then completes here.
     pub fn commit(&mut self, slot: Box<Slot>, commit_id: u64) -> io::Result<()> {
         self.fuse_cmd(slot, CMD_COMMIT_AND_FETCH, commit_id)
     }
 
-    /// Submits what was queued and waits for `want` completions (EINTR is waited through).
-    pub fn submit_and_wait(&mut self, want: usize) -> io::Result<()> {
+    /// The slots the kernel holds on this ring.
+    pub fn slots_held(&self) -> usize {
+        self.slots.iter().filter(|s| s.is_some()).count()
+    }
+
+    /// Reads into `target`'s buffer from its descriptor (`pread` until the buffer is full or
+    /// the file ends); [`Done::Read`] gives it back.
+    pub fn read(&mut self, target: Box<R>) -> io::Result<()> {
+        let tag = match self.free_reads.pop() {
+            Some(t) => t as usize,
+            None => {
+                self.reads.push(None);
+                self.reads.len() - 1
+            }
+        };
+        self.reads[tag] = Some(Reading { target, done: 0 });
+        self.submit_read(tag)
+    }
+
+    /// Queues the read `tag` for the part of its buffer not yet filled.
+    fn submit_read(&mut self, tag: usize) -> io::Result<()> {
+        let Some(Some(r)) = self.reads.get_mut(tag) else {
+            return Ok(());
+        };
+        let done = r.done;
+        let flags = match r.target.may_block() {
+            true => squeue::Flags::ASYNC,
+            false => squeue::Flags::empty(),
+        };
+        let (fd, buf, offset) = r.target.target();
+        let from = done.min(buf.len());
+        let rest = &mut buf[from..];
+        let e = opcode::Read::new(
+            types::Fd(fd.as_raw_fd()),
+            rest.as_mut_ptr(),
+            rest.len().min(u32::MAX as usize) as u32,
+        )
+        .offset(offset + done as u64)
+        .build()
+        .flags(flags)
+        .user_data(KIND_READ | tag as u64);
+        self.push(&e.into())
+    }
+
+    /// Makes `efd` wake this ring's thread: a signal of it completes as [`Done::Wake`], after
+    /// which it is armed again by the next call.
+    pub fn arm_wake(&mut self, efd: &Arc<EventFd>) -> io::Result<()> {
+        if self.wake_armed {
+            return Ok(());
+        }
+        let (_, buf) = self
+            .wake
+            .get_or_insert_with(|| (efd.clone(), Box::new(0u64)));
+        let p = &mut **buf as *mut u64 as *mut u8;
+        let e = opcode::Read::new(types::Fd(efd.as_raw_fd()), p, 8)
+            .build()
+            .user_data(KIND_WAKE);
+        self.wake_armed = true;
+        self.push(&e.into())
+    }
+
+    /// Submits what was queued, without waiting.
+    pub fn submit(&mut self) -> io::Result<()> {
         loop {
-            match self.ring.submit_and_wait(want) {
-                Ok(_) => return Ok(()),
+            match self.ring.submit() {
+                Ok(_) => {
+                    self.queued = 0;
+                    return Ok(());
+                }
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
                 Err(e) => return Err(e),
             }
         }
     }
 
-    /// The slot, if the kernel gave it back: a request is in it (`res` 0), or the kernel gave
-    /// the entry up (`res` a negated errno: `-ENOTCONN` once the connection is gone).
-    pub fn reap(&mut self) -> Option<(i32, Box<Slot>)> {
-        let mut got = None;
-        for c in self.ring.completion() {
-            if c.user_data() == SLOT {
-                got = Some(c.result());
+    /// Submits what was queued and waits for `want` completions (EINTR is waited through).
+    pub fn submit_and_wait(&mut self, want: usize) -> io::Result<()> {
+        loop {
+            match self.ring.submit_and_wait(want) {
+                Ok(_) => {
+                    self.queued = 0;
+                    return Ok(());
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                Err(e) => return Err(e),
             }
         }
-        let res = got?;
-        self.in_kernel.take().map(|s| (res, s))
+    }
+
+    /// What completed, appended to `out`. A read that came back short before the end of its
+    /// buffer is asked for the rest (and EINTR or EAGAIN again), so it comes out only whole,
+    /// at the end of the file, or failed.
+    pub fn reap(&mut self, out: &mut Vec<Done<R>>) -> io::Result<()> {
+        let done: Vec<(u64, i32)> = self
+            .ring
+            .completion()
+            .map(|c| (c.user_data(), c.result()))
+            .collect();
+        for (data, res) in done {
+            let tag = (data & !KIND_MASK) as usize;
+            match data & KIND_MASK {
+                KIND_SLOT => {
+                    if let Some(slot) = self.slots.get_mut(tag).and_then(Option::take) {
+                        out.push(Done::Slot(res, slot));
+                    }
+                }
+                KIND_READ => {
+                    let Some(Some(r)) = self.reads.get_mut(tag) else {
+                        continue;
+                    };
+                    let again = match res {
+                        n if n > 0 => {
+                            r.done += n as usize;
+                            r.done < r.target.target().1.len()
+                        }
+                        0 => false,
+                        e => -e == libc::EINTR || -e == libc::EAGAIN,
+                    };
+                    if again {
+                        self.submit_read(tag)?;
+                        continue;
+                    }
+                    let r = self.reads[tag].take().expect("a read under way");
+                    self.free_reads.push(tag as u32);
+                    let result = match res {
+                        e if e < 0 => Err(io::Error::from_raw_os_error(-e)),
+                        _ => Ok(r.done),
+                    };
+                    out.push(Done::Read(r.target, result));
+                }
+                _ => {
+                    self.wake_armed = false;
+                    out.push(Done::Wake);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads under way on this ring.
+    pub fn reads_under_way(&self) -> usize {
+        self.reads.len() - self.free_reads.len()
     }
 }
 
-impl Drop for FuseRing {
+impl<R: RingRead> Drop for FuseRing<R> {
     fn drop(&mut self) {
-        // The kernel may still hold the entry's addresses (until the connection ends).
-        if let Some(s) = self.in_kernel.take() {
+        // The kernel may still hold the entries' addresses (until the connection ends), and
+        // reads or the wake-up read may still be under way: their memory is never freed.
+        for s in self.slots.drain(..).flatten() {
             std::mem::forget(s);
+        }
+        for r in self.reads.drain(..).flatten() {
+            std::mem::forget(r.target);
+        }
+        if self.wake_armed {
+            if let Some(w) = self.wake.take() {
+                std::mem::forget(w);
+            }
         }
     }
 }
 
-/// The user data of the slot's commands.
-const SLOT: u64 = 1;
+/// An eventfd: one thread signals it, another's ring wakes ([`FuseRing::arm_wake`]).
+pub struct EventFd(OwnedFd);
+
+impl EventFd {
+    pub fn new() -> io::Result<EventFd> {
+        // SAFETY: eventfd takes no pointers.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a descriptor just returned to us, owned by nobody else.
+        Ok(EventFd(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Wakes the ring that waits on it (several signals before it reads are one wake-up).
+    pub fn signal(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a valid u64.
+        let _ = unsafe { libc::write(self.0.as_raw_fd(), &one as *const u64 as *const _, 8) };
+    }
+}
+
+impl AsRawFd for EventFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
 
 /// `FUSE_IO_URING_CMD_REGISTER`.
 pub const CMD_REGISTER: u32 = 1;
