@@ -272,6 +272,25 @@ impl Inode {
         }
     }
 
+    /// The descriptors of an inode that goes, taken out to be closed by the caller (and out of
+    /// the cache's count).
+    fn into_descriptors(mut self) -> Vec<Arc<OwnedFd>> {
+        let mut fds = Vec::new();
+        let mut counted = 0;
+        for o in self.objects.iter_mut() {
+            let Some(obj) = o.get_mut().take() else {
+                continue;
+            };
+            let fd = obj.fd.lock().take();
+            if let Some(fd) = fd {
+                counted += obj.handle.is_some() as usize;
+                fds.push(fd);
+            }
+        }
+        self.cache.closed(counted);
+        fds
+    }
+
     /// Closes the descriptor on `leg` if it can be reopened later: `Some(true)` if it was
     /// closed, `Some(false)` if there was none to close, `None` while a file is open on the
     /// object (it must stay open; ask again later).
@@ -279,10 +298,11 @@ impl Inode {
         if self.open_files.load(Ordering::Acquire) > 0 {
             return None;
         }
-        Some(match self.objects.get(leg).and_then(|o| o.read().clone()) {
+        let closed = match self.objects.get(leg).and_then(|o| o.read().clone()) {
             Some(obj) if obj.handle.is_some() => obj.fd.lock().take().is_some(),
             _ => false,
-        })
+        };
+        Some(closed)
     }
 }
 
@@ -316,17 +336,9 @@ pub struct FdCache {
     budget: usize,
     /// Reopenable descriptors open now.
     open: AtomicUsize,
-    /// Per leg, its descriptors in the order they were opened: the oldest are closed first,
-    /// on the other legs before the kept one ([`FdCache::set_kept_leg`]).
-    order: Mutex<Vec<VecDeque<Weak<Inode>>>>,
-    /// The leg whose descriptors are closed last.
-    kept: std::sync::OnceLock<KeptLeg>,
+    /// Descriptors in the order they were opened: the oldest are closed first.
+    order: Mutex<VecDeque<(Weak<Inode>, LegIdx)>>,
 }
-
-/// Says which leg's descriptors to keep longest: the metadata leg, which answers every
-/// attribute, lookup and listing (a walk over more objects than the budget then reopens
-/// nothing on it, only the other legs' copies when a change or a read needs them).
-pub type KeptLeg = Box<dyn Fn() -> LegIdx + Send + Sync>;
 
 impl FdCache {
     /// A cache over legs whose roots are `roots` (their `O_PATH` descriptors) on `root_devs`.
@@ -347,8 +359,7 @@ impl FdCache {
             root_devs: root_devs.into_iter().map(AtomicU64::new).collect(),
             budget: budget.max(16),
             open: AtomicUsize::new(0),
-            order: Mutex::new(Vec::new()),
-            kept: std::sync::OnceLock::new(),
+            order: Mutex::new(VecDeque::new()),
         }
     }
 
@@ -378,27 +389,18 @@ impl FdCache {
         Some(h)
     }
 
-    /// A reopenable descriptor was opened; closes the oldest ones while over budget, those
-    /// of the other legs first.
+    /// A reopenable descriptor was opened; closes the oldest ones while over budget. One whose
+    /// object has a file open must stay open: it goes back to the end, to be closed later.
     fn opened(&self, inode: Weak<Inode>, leg: LegIdx) {
         self.open.fetch_add(1, Ordering::AcqRel);
         let mut order = self.order.lock();
-        if order.len() <= leg {
-            order.resize_with(leg + 1, VecDeque::new);
-        }
-        order[leg].push_back(inode);
-        let kept = self.kept.get().map(|k| k());
-        // Per leg, how many of its entries this call put back (their files are open): a leg
-        // whose whole queue is that is passed over.
-        let mut kept_back = vec![0usize; order.len()];
-        while self.open.load(Ordering::Acquire) > self.budget {
-            let closable = |l: LegIdx| order[l].len() > kept_back[l];
-            let from = (0..order.len())
-                .filter(|&l| Some(l) != kept && closable(l))
-                .max_by_key(|&l| order[l].len() - kept_back[l])
-                .or(kept.filter(|&k| k < order.len() && closable(k)));
-            let Some(l) = from else { break };
-            let Some(w) = order[l].pop_front() else { break };
+        order.push_back((inode, leg));
+        // Entries put back by this call: once the queue holds nothing else, stop.
+        let mut put_back = 0;
+        while self.open.load(Ordering::Acquire) > self.budget && put_back < order.len() {
+            let Some((w, l)) = order.pop_front() else {
+                break;
+            };
             let Some(i) = w.upgrade() else { continue };
             match i.close_cached(l) {
                 Some(true) => {
@@ -406,13 +408,14 @@ impl FdCache {
                 }
                 Some(false) => {}
                 None => {
-                    order[l].push_back(w);
-                    kept_back[l] += 1;
+                    drop(i);
+                    order.push_back((w, l));
+                    put_back += 1;
                 }
             }
         }
         // Entries of inodes that died meanwhile pile up when nothing is evicted: drop them.
-        if order.iter().map(VecDeque::len).sum::<usize>() > 4 * self.budget {
+        if order.len() > 4 * self.budget {
             drop_dead(&mut order);
         }
     }
@@ -422,17 +425,15 @@ impl FdCache {
     fn prune(&self) {
         let mut order = self.order.lock();
         drop_dead(&mut order);
-        for q in order.iter_mut() {
-            if q.capacity() > 2 * q.len() + 1024 {
-                q.shrink_to_fit();
-            }
+        if order.capacity() > 2 * order.len() + 1024 {
+            order.shrink_to_fit();
         }
     }
 
     /// Entries in the eviction order (tests).
     #[cfg(test)]
     fn queued(&self) -> usize {
-        self.order.lock().iter().map(VecDeque::len).sum()
+        self.order.lock().len()
     }
 
     fn closed(&self, n: usize) {
@@ -443,10 +444,8 @@ impl FdCache {
 }
 
 /// Drops the eviction-order entries whose inode has died.
-fn drop_dead(order: &mut [VecDeque<Weak<Inode>>]) {
-    for q in order {
-        q.retain(|w| w.strong_count() > 0);
-    }
+fn drop_dead(order: &mut VecDeque<(Weak<Inode>, LegIdx)>) {
+    order.retain(|(w, _)| w.strong_count() > 0);
 }
 
 /// What [`InodeTable::attach_leg`] did.
@@ -690,7 +689,7 @@ impl InodeTable {
                         })
                         .collect(),
                     lazy: AtomicU64::new(0),
-                    resolving: Mutex::new(()),
+                            resolving: Mutex::new(()),
                     open_files: AtomicUsize::new(0),
                     cache: cache.clone(),
                     dir_lock: RwLock::new(()),
@@ -808,10 +807,6 @@ impl InodeTable {
         let _ = self.cache.resolver.set(resolver);
     }
 
-    /// Says which leg's descriptors the cache closes last (set once, by the core).
-    pub fn set_kept_leg(&self, kept: KeptLeg) {
-        let _ = self.cache.kept.set(kept);
-    }
 
     /// The object `ino` was found on a leg after its lookup: `id` is one more identity of it.
     pub fn identify(&self, ino: u64, id: Identity) {
@@ -845,24 +840,32 @@ impl InodeTable {
         }
         let mut inner = self.inner.lock();
         let mut tidy = false;
-        // The inode, if this was its last lookup: dropped after the table's lock, since closing
-        // its descriptors may be the leg's whole work of deleting the file (an unlinked file's
-        // inode is freed at its last close), which no lookup should wait for.
-        let mut gone = None;
+        // The descriptors of the inode, if this was its last lookup and nothing else holds it:
+        // closed after the table's lock. The last close of an unlinked file is where the leg
+        // frees it (ext4_evict_inode, tens of microseconds), and no lookup should wait for
+        // that. The inode itself goes here, as it always did: freed before the number's
+        // memory is kept (`set_idle`), so that what stays is not scattered among freed pages.
+        let mut closing = Vec::new();
         if let Some(e) = inner.live.get_mut(&ino) {
             e.lookups = e.lookups.saturating_sub(n);
             if e.lookups == 0 {
-                gone = inner.live.remove(&ino);
+                if let Some(gone) = inner.live.remove(&ino).and_then(|e| Arc::into_inner(e.inode))
+                {
+                    closing = gone.into_descriptors();
+                }
                 inner.set_idle(ino);
                 inner.forgotten += 1;
-                tidy = inner.forgotten >= TIDY_EVERY;
+                // Also once most of what the kernel held is gone (it let go of a large tree):
+                // then the eviction order's references to the dead are most of what it holds.
+                tidy = inner.forgotten >= TIDY_EVERY
+                    || (inner.forgotten >= 64 && inner.live.len() <= inner.forgotten);
                 if tidy {
                     inner.forgotten = 0;
                 }
             }
         }
         drop(inner);
-        drop(gone);
+        drop(closing);
         if tidy {
             let mut inner = self.inner.lock();
             // The maps keep the room of their largest size: give it back once they are far
@@ -882,12 +885,19 @@ impl InodeTable {
     /// inode: free, but in pages that also hold a few live blocks, or that glibc keeps.
     fn tidy(&self) {
         self.cache.prune();
+        // One trimming thread at a time; a tidy that finds it running asks it to go again,
+        // since the inodes dropped meanwhile (other threads drop theirs outside the table's
+        // lock) are freed after its trim began.
         static GIVING_BACK: AtomicBool = AtomicBool::new(false);
+        static AGAIN: AtomicBool = AtomicBool::new(false);
+        AGAIN.store(true, Ordering::Release);
         if !GIVING_BACK.swap(true, Ordering::AcqRel) {
             let spawned = std::thread::Builder::new()
                 .name("mirrorfs-trim".into())
                 .spawn(|| {
-                    sys::host::give_back_free_memory();
+                    while AGAIN.swap(false, Ordering::AcqRel) {
+                        sys::host::give_back_free_memory();
+                    }
                     GIVING_BACK.store(false, Ordering::Release);
                 });
             if spawned.is_err() {
@@ -1075,81 +1085,50 @@ mod tests {
     }
 
     #[test]
-    fn over_budget_the_other_legs_descriptors_close_first() {
-        // Two real legs, so that descriptors are reopenable by handle (root).
-        let base = std::env::temp_dir().join(format!("mirrorfs-kept-{}", std::process::id()));
-        let dirs = [base.join("a"), base.join("b")];
-        let (mut roots, mut ids) = (Vec::new(), Vec::new());
-        for (leg, d) in dirs.iter().enumerate() {
-            std::fs::create_dir_all(d).unwrap();
-            let r = sys::fd::open_root(d).unwrap();
-            let st = sys::fd::fstat(r.as_fd()).unwrap();
-            ids.push(Identity {
-                leg,
-                dev: st.st_dev,
-                ino: st.st_ino,
-            });
-            roots.push(Some(r));
-        }
-        let devs: Vec<u64> = ids.iter().map(|i| i.dev).collect();
-        let t = InodeTable::new(roots, &ids, 20);
-        if (0..2).any(|l| t.cache.mount_fds[l].read().is_none()) {
-            std::fs::remove_dir_all(&base).unwrap();
+    fn a_descriptor_kept_open_by_a_file_waits_its_turn_and_closes_later() {
+        // A real leg (a temporary directory), so that descriptors are reopenable by handle.
+        let dir = std::env::temp_dir().join(format!("mirrorfs-turn-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let root = sys::fd::open_root(&dir).unwrap();
+        let st = sys::fd::fstat(root.as_fd()).unwrap();
+        let leg_id = |ino| Identity {
+            leg: 0,
+            dev: st.st_dev,
+            ino,
+        };
+        let t = InodeTable::new(vec![Some(root)], &[leg_id(st.st_ino)], 16);
+        if t.cache.mount_fds[0].read().is_none() {
+            std::fs::remove_dir_all(&dir).unwrap();
             panic!("file handles are not usable here (this test needs root)");
         }
-        t.set_kept_leg(Box::new(|| 1));
-        let mut inodes = Vec::new();
-        for n in 0..10 {
+        let make = |n: usize| {
             let name = std::ffi::CString::new(format!("f{n}")).unwrap();
-            let mut fds = Vec::new();
-            let mut leg_ids = Vec::new();
-            for (leg, d) in dirs.iter().enumerate() {
-                std::fs::write(d.join(format!("f{n}")), b"x").unwrap();
-                let root = t.get(ROOT_INO).unwrap().fd(leg).unwrap();
-                let fd = sys::fd::open_path_at(root.as_fd(), &name).unwrap();
-                let st = sys::fd::fstat(fd.as_fd()).unwrap();
-                leg_ids.push(Identity {
-                    leg,
-                    dev: devs[leg],
-                    ino: st.st_ino,
-                });
-                fds.push(Some(fd));
-            }
-            inodes.push(t.claim(&leg_ids, fds, libc::S_IFREG, 0));
-        }
-        // 20 descriptors (two roots pinned, not counted) at a budget of 20: none closed yet.
-        assert_eq!(t.cached_fds(), 20);
-        let open_on = |inodes: &[Arc<Inode>], leg: LegIdx| {
-            inodes
-                .iter()
-                .filter(|i| {
-                    i.objects[leg]
-                        .read()
-                        .as_ref()
-                        .is_some_and(|o| o.fd.lock().is_some())
-                })
-                .count()
-        };
-        // Ten more objects on the kept leg alone: every descriptor that goes is leg 0's.
-        for n in 10..20 {
-            let name = std::ffi::CString::new(format!("f{n}")).unwrap();
-            std::fs::write(dirs[1].join(format!("f{n}")), b"x").unwrap();
-            let root = t.get(ROOT_INO).unwrap().fd(1).unwrap();
+            std::fs::write(dir.join(format!("f{n}")), b"x").unwrap();
+            let root = t.get(ROOT_INO).unwrap().fd(0).unwrap();
             let fd = sys::fd::open_path_at(root.as_fd(), &name).unwrap();
             let st = sys::fd::fstat(fd.as_fd()).unwrap();
-            let leg_ids = [Identity {
-                leg: 1,
-                dev: devs[1],
-                ino: st.st_ino,
-            }];
-            inodes.push(t.claim(&leg_ids, vec![None, Some(fd)], libc::S_IFREG, 0));
-        }
-        assert_eq!(t.cached_fds(), 20);
-        assert_eq!((open_on(&inodes, 0), open_on(&inodes, 1)), (0, 20));
-        // A closed descriptor comes back through its handle when asked for.
-        let fd = inodes[0].fd(0).unwrap();
-        assert!(sys::fd::fstat(fd.as_fd()).is_ok());
-        std::fs::remove_dir_all(&base).unwrap();
+            t.claim(&[leg_id(st.st_ino)], vec![Some(fd)], libc::S_IFREG, 0)
+        };
+        let is_open = |i: &Arc<Inode>| {
+            i.objects[0]
+                .read()
+                .as_ref()
+                .is_some_and(|o| o.fd.lock().is_some())
+        };
+        let first = make(0);
+        first.file_opened();
+        let mut rest: Vec<_> = (1..40).map(make).collect();
+        // Its file is open: it stays, the others go in its place.
+        assert!(is_open(&first));
+        assert!(t.cached_fds() <= 16, "{} cached", t.cached_fds());
+        first.file_closed();
+        // Closed, it goes when its turn comes again (it was not dropped from the order).
+        rest.extend((40..80).map(make));
+        assert!(!is_open(&first), "the descriptor stayed open past the budget");
+        assert!(t.cached_fds() <= 16, "{} cached", t.cached_fds());
+        // And it comes back through its handle when asked for.
+        assert!(sys::fd::fstat(first.fd(0).unwrap().as_fd()).is_ok());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

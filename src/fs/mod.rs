@@ -236,8 +236,6 @@ impl MirrorFs {
             names.clone(),
             Arc::downgrade(&inodes),
         ));
-        let m = mirror.clone();
-        inodes.set_kept_leg(Box::new(move || m.metadata_leg()));
         let handles = Arc::new(HandleTable::new(config.open_fd_budget));
         let live = live::Live {
             mirror: mirror.clone(),
