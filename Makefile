@@ -42,8 +42,11 @@
 #   make bench-datapath the data path against the disk (issue 12): tar, find, ls -lR, small-file
 #                       reads, git clone and status (cold and warm), rm -rf and fio on an ext4 loop
 #                       leg directly, mergerfs and mirrorfs (1 leg, 2 legs, write_intent=off); raw
-#                       figures, ratios to the leg and each daemon's peak RSS (root; MB=1024,
-#                       RUNTIME=10; MANY=1000000 adds the daemon's memory over a million files)
+#                       figures, ratios to the leg, each daemon's peak RSS and each mirrorfs
+#                       daemon's CPU time per request (root; MB=1024, RUNTIME=10; MANY=1000000
+#                       adds the daemon's memory over a million files; PASSTHROUGH_HP=path adds
+#                       libfuse's passthrough_hp over /dev/fuse and io_uring, which
+#                       bench/passthrough-hp.sh LIBFUSE_SRC builds)
 #   make lint           cargo fmt --check and cargo clippy -D warnings
 #   make doc-tables     rewrite the option and key tables of README.md and docs/control.md from
 #                       src/config/table.rs (a unit test fails while they differ)

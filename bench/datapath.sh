@@ -15,6 +15,8 @@
 #   GIT_SRC=         the repository to clone (default: this one), copied bare once under DIR
 #   MIRRORFS_OPTS=   extra -o options for every mirrorfs mount
 #   MANY=0           N > 0: the memory section, N empty files through a 2-leg mirror
+#   PASSTHROUGH_HP=  libfuse's example/passthrough_hp (bench/passthrough-hp.sh builds it): the
+#                    one-copy reference columns pthp (/dev/fuse) and pthp-uring (io_uring)
 #   MANY_OPTS=       its extra mirrorfs options (write_intent=off creates several times faster)
 #   ONLY_MANY=1      only the MANY section (no inputs, no other targets, no tables)
 #   MANY_TRIM=1      the MANY section also asks the daemon's malloc to give back its free memory
@@ -145,8 +147,19 @@ else
     PT_NOTE=""
 fi
 rmdir "$DIR/probe0" "$DIR/probe1"
+# libfuse's own example server as the one-copy reference (PASSTHROUGH_HP: a passthrough_hp
+# binary, bench/passthrough-hp.sh builds one from a libfuse source tree): one leg,
+# --nopassthrough, over /dev/fuse and, when the switch is on, over io_uring.
+PTHP_NOTE=""
+if [ -n "${PASSTHROUGH_HP:-}" ]; then
+    [ -x "$PASSTHROUGH_HP" ] || die "PASSTHROUGH_HP=$PASSTHROUGH_HP is not executable"
+    TARGETS+=(pthp)
+    if [ -z "$URING_NOTE" ]; then TARGETS+=(pthp-uring); fi
 else
-    TARGETS=() PT_NOTE="" URING_NOTE="" NENT=0 NSMALL=0 NGIT=0
+    PTHP_NOTE="no passthrough_hp columns: set PASSTHROUGH_HP to libfuse's example/passthrough_hp (bench/passthrough-hp.sh LIBFUSE_SRC builds it; CI cannot fetch libfuse)"
+fi
+else
+    TARGETS=() PT_NOTE="" URING_NOTE="" PTHP_NOTE="" NENT=0 NSMALL=0 NGIT=0
 fi
 
 # ------------------------------------------------------------------------------ legs
@@ -200,6 +213,13 @@ for t in "${TARGETS[@]}"; do
             mkdir -p "$DIR/legA/mergerfs" "$DIR/mnt/$t"
             mergerfs -o cache.files=partial,minfreespace=0 "$DIR/legA/mergerfs" "$DIR/mnt/$t"
             FUSE+=("$DIR/mnt/$t"); PID[$DIR/mnt/$t]=$(daemon_pid "$DIR/mnt/$t" mergerfs)
+            PATH_OF[$t]=$DIR/mnt/$t ;;
+        pthp|pthp-uring)
+            mkdir -p "$DIR/legA/$t" "$DIR/mnt/$t"
+            extra=()
+            [ "$t" = pthp-uring ] && extra=(-o io_uring -o io_uring_q_depth=16)
+            "$PASSTHROUGH_HP" --nopassthrough "${extra[@]}" "$DIR/legA/$t" "$DIR/mnt/$t"
+            FUSE+=("$DIR/mnt/$t"); PID[$DIR/mnt/$t]=$(daemon_pid "$DIR/mnt/$t" passthrough_hp)
             PATH_OF[$t]=$DIR/mnt/$t ;;
         mirrorfs-1)
             mkdir -p "$DIR/legA/$t" "$DIR/mnt/$t"
@@ -272,6 +292,29 @@ fio_job() { # ROW TARGET FIO-ARGS...: VAL = MB/s (10^6 B/s) or IOPS
 # Each row runs on every target before the next row starts: the machine's load moves in
 # minutes, so the targets of one row see the same load.
 each() { local t; for t in "${TARGETS[@]}"; do "$@" "$t" "${PATH_OF[$t]}"; done; }
+# The daemon's CPU time per request answered, for the mirrorfs targets (their statistics count
+# the requests, transport.requests): CPU[STEP,TARGET] in microseconds.
+declare -A CPU=()
+CLK_TCK=$(getconf CLK_TCK)
+daemon_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
+daemon_requests() {
+    getfattr --absolute-names --only-values -n user.mirrorfs.stats "$1" 2>/dev/null | jq -r '.transport.requests // 0' 2>/dev/null || echo 0
+}
+each_counted() { # STEP: each "do_STEP", with each mirrorfs daemon's CPU per request meanwhile
+    local step=$1 t p c0 r0 c1 r1
+    for t in "${TARGETS[@]}"; do
+        p=${PATH_OF[$t]}
+        if [[ $t == mirrorfs* ]]; then
+            c0=$(daemon_ticks "${PID[$p]}"); r0=$(daemon_requests "$p")
+        fi
+        "do_$step" "$t" "$p"
+        if [[ $t == mirrorfs* ]]; then
+            c1=$(daemon_ticks "${PID[$p]}"); r1=$(daemon_requests "$p")
+            CPU[$step,$t]=$(awk -v c=$((c1 - c0)) -v r=$((r1 - r0)) -v hz="$CLK_TCK" \
+                'BEGIN { if (r > 0) printf "%.1f", c * 1e6 / hz / r; else print "-" }')
+        fi
+    done
+}
 do_tar() { cat "$DIR/tree.tar" >/dev/null; if timed tar -C "$2" -xf "$DIR/tree.tar"; then rate tar "$1" "$NENT"; else fail tar "$1"; fi; sync; }
 do_find() {
     drop
@@ -314,9 +357,10 @@ START=$EPOCHSECONDS
 if [ "$ONLY_MANY" = 0 ]; then
 say "targets: ${TARGETS[*]}; tree $NENT entries, $NSMALL small files, git $NGIT files, fio $MB MiB, fio reads $RUNTIME"
 [ -z "$PT_NOTE" ] || say "$PT_NOTE"
+[ -z "$PTHP_NOTE" ] || say "$PTHP_NOTE"
 for step in tar find ls read git rm seqwrite seqread randread; do
     s=$EPOCHSECONDS
-    each "do_$step"
+    each_counted "$step"
     say "$step: $((EPOCHSECONDS - s)) s"
 done
 
@@ -370,6 +414,19 @@ for r in "${ROWS[@]}"; do
     echo
 done
 echo
+echo "## Each mirrorfs daemon's CPU time per request it answered (microseconds; user + system, all its threads)"
+echo
+printf "| %-10s |" step
+for t in "${TARGETS[@]}"; do [[ $t == mirrorfs* ]] && printf " %19s |" "$t"; done
+printf "\n|%s|" "$(printf -- '-%.0s' $(seq 12))"
+for t in "${TARGETS[@]}"; do [[ $t == mirrorfs* ]] && printf "%s:|" "$(printf -- '-%.0s' $(seq 20))"; done
+echo
+for step in tar find ls read git rm seqwrite seqread randread; do
+    printf "| %-10s |" "$step"
+    for t in "${TARGETS[@]}"; do [[ $t == mirrorfs* ]] && printf " %19s |" "${CPU[$step,$t]:--}"; done
+    echo
+done
+echo
 echo "leg: ext4 on a loop device (direct I/O) used directly; mergerfs $(mergerfs --version 2>/dev/null | sed -n 's/.*version: //p;q')" \
     "over one leg directory, -o cache.files=partial; mirrorfs-1: one leg; mirrorfs-2: two legs, defaults;" \
     "mirrorfs-2-nointent: write_intent=off (checksum=off follows). Every mirrorfs: -o $(mf_opts "")."
@@ -377,6 +434,11 @@ if [ -z "$PT_NOTE" ]; then
     echo "mirrorfs-2-ptro: two legs, passthrough=ro,checksum=off (read-only opens read by the kernel from one leg)."
 else
     echo "$PT_NOTE"
+fi
+if [ -z "$PTHP_NOTE" ]; then
+    echo "pthp: libfuse's example/passthrough_hp ($PASSTHROUGH_HP) over one leg directory, --nopassthrough (every read and write through the daemon), over /dev/fuse; pthp-uring: the same with -o io_uring -o io_uring_q_depth=16."
+else
+    echo "$PTHP_NOTE"
 fi
 if [ -z "$URING_NOTE" ]; then
     echo "mirrorfs-2-uring: two legs, defaults, over FUSE over io_uring (transport=uring); the other mirrorfs columns are over /dev/fuse (transport=devfuse)."

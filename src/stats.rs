@@ -76,6 +76,10 @@ pub struct TransportStats {
     /// READs whose leg reads a queue's reader ran on its ring (over io_uring, while other reads
     /// were under way), and those of them that went back to the blocking way (a leg failed, a
     /// block did not match its checksum): since the mount.
+    /// Requests answered since the mount, on either transport (forgets and the like
+    /// included: every request the kernel sent that mirrorfs took).
+    #[serde(default)]
+    pub requests: u64,
     #[serde(default)]
     pub ring_reads: u64,
     #[serde(default)]

@@ -100,7 +100,11 @@ fn the_stats_say_which_transport_serves_and_why() {
         let (queues, _) = thread_ticks(pid, "fuse-q");
         assert!(queues >= possible_cpus(), "queue threads: {queues}");
         // The rings serve: their threads do the work of a load of small requests.
+        let before = stats(m.mnt()).transport.unwrap().requests;
         small_requests(&m.path("d"), 1500);
+        let answered = stats(m.mnt()).transport.unwrap().requests - before;
+        // A create, a write, a release, an open, a read and an unlink at least, per file.
+        assert!(answered >= 6 * 1500, "{answered} requests counted");
         let (_, ring) = thread_ticks(pid, "fuse-q");
         assert!(ring > 0, "the queue threads served nothing");
     } else {
@@ -112,7 +116,10 @@ fn the_stats_say_which_transport_serves_and_why() {
             0,
             "no queue threads over /dev/fuse"
         );
+        let before = stats(m.mnt()).transport.unwrap().requests;
         small_requests(&m.path("d"), 300);
+        let answered = stats(m.mnt()).transport.unwrap().requests - before;
+        assert!(answered >= 6 * 300, "{answered} requests counted");
     }
 }
 

@@ -675,6 +675,7 @@ impl MirrorFs {
             }),
             readahead: Some(self.readahead_stats()),
             transport: self.transport.lock().clone().map(|mut t| {
+                t.requests = self.requests.load(Ordering::Relaxed);
                 t.ring_reads = self.ring_reads.load(Ordering::Relaxed);
                 t.ring_reads_redone = self.ring_reads_redone.load(Ordering::Relaxed);
                 t

@@ -689,7 +689,7 @@ impl InodeTable {
                         })
                         .collect(),
                     lazy: AtomicU64::new(0),
-                            resolving: Mutex::new(()),
+                    resolving: Mutex::new(()),
                     open_files: AtomicUsize::new(0),
                     cache: cache.clone(),
                     dir_lock: RwLock::new(()),
@@ -807,7 +807,6 @@ impl InodeTable {
         let _ = self.cache.resolver.set(resolver);
     }
 
-
     /// The object `ino` was found on a leg after its lookup: `id` is one more identity of it.
     pub fn identify(&self, ino: u64, id: Identity) {
         let mut inner = self.inner.lock();
@@ -849,7 +848,10 @@ impl InodeTable {
         if let Some(e) = inner.live.get_mut(&ino) {
             e.lookups = e.lookups.saturating_sub(n);
             if e.lookups == 0 {
-                if let Some(gone) = inner.live.remove(&ino).and_then(|e| Arc::into_inner(e.inode))
+                if let Some(gone) = inner
+                    .live
+                    .remove(&ino)
+                    .and_then(|e| Arc::into_inner(e.inode))
                 {
                     closing = gone.into_descriptors();
                 }
@@ -1124,7 +1126,10 @@ mod tests {
         first.file_closed();
         // Closed, it goes when its turn comes again (it was not dropped from the order).
         rest.extend((40..80).map(make));
-        assert!(!is_open(&first), "the descriptor stayed open past the budget");
+        assert!(
+            !is_open(&first),
+            "the descriptor stayed open past the budget"
+        );
         assert!(t.cached_fds() <= 16, "{} cached", t.cached_fds());
         // And it comes back through its handle when asked for.
         assert!(sys::fd::fstat(first.fd(0).unwrap().as_fd()).is_ok());

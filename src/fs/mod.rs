@@ -178,6 +178,8 @@ pub struct MirrorFs {
     names: Arc<quiet::NameChanges>,
     /// How requests reach the daemon, as the FUSE layer set it up (the stats' `transport`).
     transport: parking_lot::Mutex<Option<crate::stats::TransportStats>>,
+    /// Requests the FUSE layer answered ([`MirrorFs::count_request`]).
+    requests: std::sync::atomic::AtomicU64,
     /// Reads whose leg reads their caller ran ([`MirrorFs::read_start`]), and those of them
     /// that [`MirrorFs::read_end`] sent back to [`MirrorFs::read`].
     pub(crate) ring_reads: std::sync::atomic::AtomicU64,
@@ -263,6 +265,7 @@ impl MirrorFs {
             last_errors: control::LastErrors::default(),
             events: control::EventBus::default(),
             transport: Default::default(),
+            requests: Default::default(),
             ring_reads: Default::default(),
             ring_reads_redone: Default::default(),
             transport_fault: Default::default(),
@@ -272,6 +275,12 @@ impl MirrorFs {
     /// Says how requests reach the daemon (the FUSE layer, once the session is set up).
     pub fn set_transport(&self, t: crate::stats::TransportStats) {
         *self.transport.lock() = Some(t);
+    }
+
+    /// The FUSE layer answered a request (the stats' `transport.requests`).
+    pub fn count_request(&self) {
+        self.requests
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub fn mirror(&self) -> &Mirror {

@@ -234,13 +234,17 @@ impl MirrorFuse {
     /// [`MirrorFs::read_start`]); any other request is [`ReadBegun::Blocking`].
     pub fn read_begin(&self, h: &abi::InHeader, op: Op<'_>) -> ReadBegun {
         if !self.allowed(h, &op) {
+            self.fs.count_request();
             return ReadBegun::Answer(Answer::Error(libc::EACCES));
         }
         let Op::Read { fh, offset, size } = op else {
             return ReadBegun::Blocking;
         };
         match self.fs.read_start(fh, offset, size, h.pid) {
-            ReadStart::Done(r) => ReadBegun::Answer(answer("read", r, Answer::Data)),
+            ReadStart::Done(r) => {
+                self.fs.count_request();
+                ReadBegun::Answer(answer("read", r, Answer::Data))
+            }
             ReadStart::Legs(p) => ReadBegun::Legs(p),
             ReadStart::Blocking => ReadBegun::Blocking,
         }
@@ -249,9 +253,14 @@ impl MirrorFuse {
     /// Finishes a READ begun with [`read_begin`](Self::read_begin): `got[i]` is what the leg
     /// read `i` gave. `None`: [`handle`](Self::handle) must answer it.
     pub fn read_finish(&self, p: Box<PendingRead>, got: &[Result<usize>]) -> Option<Answer> {
-        self.fs
-            .read_end(p, got)
-            .map(|r| answer("read", r, Answer::Data))
+        let a = self.fs.read_end(p, got)?;
+        self.fs.count_request();
+        Some(answer("read", a, Answer::Data))
+    }
+
+    /// A request is answered (counted once, where it is answered; see the stats).
+    pub fn count_request(&self) {
+        self.fs.count_request();
     }
 
     /// Answers one request.

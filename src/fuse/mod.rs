@@ -68,6 +68,7 @@ pub(crate) fn answer_guarded(
     head: &[u8],
     payload: &[u8],
 ) -> reply::Answer {
+    fuse.count_request();
     let op = match request::decode(h.opcode, head, payload) {
         Ok(op) => op,
         Err(request::Malformed) => {
@@ -214,6 +215,7 @@ impl Mounted {
             queues: 0,
             queue_depth: 0,
             devfuse_threads: wanted,
+            requests: 0,
             ring_reads: 0,
             ring_reads_redone: 0,
         };

@@ -361,6 +361,7 @@ impl Reader<'_> {
                             "the daemon panicked starting a read (node {}): answered EIO",
                             h.nodeid
                         );
+                        self.fuse.count_request();
                         ReadBegun::Answer(Answer::Error(libc::EIO))
                     }),
             }
@@ -439,6 +440,7 @@ impl Reader<'_> {
         let a = catch_unwind(AssertUnwindSafe(|| fuse.read_finish(w.read, &got))).unwrap_or_else(
             |_| {
                 log::error!("the daemon panicked finishing a read: answered EIO");
+                fuse.count_request();
                 Some(Answer::Error(libc::EIO))
             },
         );
