@@ -340,7 +340,14 @@ fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), Stri
             mountpoint.display()
         ));
     };
-    let ran = session.serve(fs.clone(), cache, access, p.config.threads, serving_now);
+    let ran = session.serve(
+        fs.clone(),
+        cache,
+        access,
+        p.config.threads,
+        p.config.ring_poll,
+        serving_now,
+    );
     super::notify::notify("STOPPING=1");
     super::utab::unregister(&mountpoint);
     // A transport that could not be set up: the background parent learns why.

@@ -304,6 +304,19 @@ pub static OPTIONS: &[OptionSpec] = &[
         show: |c| c.transport.name().into(),
     },
     OptionSpec {
+        name: "ring_poll",
+        opposite: None,
+        form: "N",
+        default: "50",
+        live: false,
+        doc: "microseconds a queue's reader (io_uring) looks for a completion before it sleeps, while reads are under way: CPU time spent to answer reads sooner (0: sleep at once; see Transport)",
+        apply: |c, g| {
+            c.ring_poll = std::time::Duration::from_micros(value::count(text(g)?, 0, 10_000)?);
+            Ok(())
+        },
+        show: |c| c.ring_poll.as_micros().to_string(),
+    },
+    OptionSpec {
         name: "selinux_xattr",
         opposite: None,
         form: "auto|pass|enotsup",

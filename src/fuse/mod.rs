@@ -160,6 +160,7 @@ impl Mounted {
         cache: KernelCache,
         access: Access,
         threads: usize,
+        ring_poll: std::time::Duration,
         serving_now: impl FnOnce(),
     ) -> Result<(), String> {
         let dev: Arc<OwnedFd> = Arc::new(
@@ -242,7 +243,7 @@ impl Mounted {
                     dev.try_clone()
                         .map_err(|e| format!("cannot duplicate the FUSE descriptor: {e}"))?,
                 );
-                match uring::start(fuse.clone(), Arc::new(file), &tx) {
+                match uring::start(fuse.clone(), Arc::new(file), &tx, ring_poll) {
                     Ok((queues, threads)) => {
                         stats.kind = "uring".into();
                         stats.why = format!("transport={}: the kernel offers it", t.name());

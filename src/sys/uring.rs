@@ -362,6 +362,26 @@ impl<R: RingRead> FuseRing<R> {
         }
     }
 
+    /// Submits what was queued and waits for a completion, looking for one without sleeping
+    /// for up to `poll` first (each look runs the task work the kernel left for this ring,
+    /// which the ring's flag says is there).
+    pub fn submit_and_poll(&mut self, poll: std::time::Duration) -> io::Result<()> {
+        if poll.is_zero() || !self.ring.completion().is_empty() {
+            return self.submit_and_wait(1);
+        }
+        let start = std::time::Instant::now();
+        loop {
+            self.submit_and_wait(0)?;
+            if !self.ring.completion().is_empty() {
+                return Ok(());
+            }
+            if start.elapsed() >= poll {
+                return self.submit_and_wait(1);
+            }
+            std::hint::spin_loop();
+        }
+    }
+
     /// What completed, appended to `out`. A read that came back short before the end of its
     /// buffer is asked for the rest (and EINTR or EAGAIN again), so it comes out only whole,
     /// at the end of the file, or failed.
