@@ -936,3 +936,95 @@ fn with_faults_or_deadlines_reads_stay_blocking() {
     assert!(matches!(fs.read_start(fh, 0, 9, 1), ReadStart::Blocking));
     fs.release(fh).unwrap();
 }
+
+/// A successor takes the session over from the log a serving process kept (issue 25): the
+/// node ids the kernel holds name the same objects (hard links and a file renamed while open
+/// included), with the kernel's lookup counts, and the open handles read and write as before.
+#[test]
+fn a_successor_takes_over_node_ids_and_handles_from_the_session_log() {
+    use mirrorfs::fs::takeover::{Journal, State};
+    let l = legs(2);
+    let c = me();
+    let log = mirrorfs::sys::session::memfd("core-test-session").unwrap();
+    let before = open_fs(&l);
+    before.keep_session_log(std::sync::Arc::new(
+        Journal::new(log.try_clone().unwrap(), &[]).unwrap(),
+    ));
+    let d = before.mkdir(ROOT_INO, OsStr::new("d"), 0o755, &c).unwrap();
+    let (a, fh_a) = new_file(&before, "a", b"first file", &c);
+    before
+        .link(a.attr.ino.0, d.attr.ino.0, OsStr::new("a-too"), &c)
+        .unwrap();
+    let (b, fh_b) = new_file(&before, "b", b"renamed while open", &c);
+    before
+        .rename(
+            ROOT_INO,
+            OsStr::new("b"),
+            d.attr.ino.0,
+            OsStr::new("b2"),
+            0,
+            &c,
+        )
+        .unwrap();
+    // Looked up twice more: the kernel holds three lookups of it.
+    before.lookup(ROOT_INO, OsStr::new("d"), &c).unwrap();
+    before.lookup(ROOT_INO, OsStr::new("d"), &c).unwrap();
+    // A file the kernel forgot, and a handle it released: neither comes back.
+    let (gone, fh_gone) = new_file(&before, "gone", b"x", &c);
+    before.release(fh_gone).unwrap();
+    before.forget(gone.attr.ino.0, 1);
+    // The serving process dies: what the successor has is the log.
+    let bytes = Journal::read_all(&mut log.try_clone().unwrap()).unwrap();
+    std::mem::forget(before);
+    let state = State::replay(&bytes);
+    let after = open_fs(&l);
+    let took = after.take_over(&state);
+    assert!(
+        took.lost_nodes.is_empty() && took.lost_handles.is_empty(),
+        "{took:?}"
+    );
+    assert_eq!((took.nodes, took.handles), (3, 2), "{took:?}");
+    assert_eq!(
+        after.getattr(a.attr.ino.0).unwrap().nlink,
+        2,
+        "the hard-linked file"
+    );
+    assert_eq!(
+        after.getattr(d.attr.ino.0).unwrap().kind,
+        fuser::FileType::Directory
+    );
+    assert_eq!(after.getattr(gone.attr.ino.0).unwrap_err(), Errno::ESTALE);
+    // The handles read what was written, and write to every leg.
+    assert_eq!(
+        after.read(fh_a, 0, 100, 1).unwrap().as_slice(),
+        b"first file"
+    );
+    assert_eq!(
+        after.read(fh_b, 0, 100, 1).unwrap().as_slice(),
+        b"renamed while open"
+    );
+    after.write(fh_b, 0, b"RENAMED").unwrap();
+    after.release(fh_b).unwrap();
+    for leg in &l.paths {
+        assert_eq!(read_all(&leg.join("d/b2")), b"RENAMED while open");
+    }
+    assert_eq!(after.read(fh_b, 0, 1, 1).err(), Some(Errno::EBADF));
+    // A name looked up in the successor finds the same number.
+    let again = after.lookup(d.attr.ino.0, OsStr::new("a-too"), &c).unwrap();
+    assert_eq!(again.attr.ino, a.attr.ino);
+    // The lookup counts carried over: three forgets of the directory let it go, not two.
+    after.forget(d.attr.ino.0, 2);
+    assert!(after.getattr(d.attr.ino.0).is_ok());
+    after.forget(d.attr.ino.0, 1);
+    assert_eq!(after.getattr(d.attr.ino.0).unwrap_err(), Errno::ESTALE);
+    // New numbers and handles are above every one handed out before.
+    let (e, fh) = new_file(&after, "new", b"n", &c);
+    assert!(
+        e.attr.ino.0 > gone.attr.ino.0 && fh > fh_gone,
+        "{} {fh}",
+        e.attr.ino.0
+    );
+    after.release(fh_a).unwrap();
+    after.release(fh).unwrap();
+    let _ = b;
+}

@@ -256,10 +256,30 @@ enum Handle {
     Dir(Arc<OpenDir>),
 }
 
+impl Handle {
+    /// This handle as the session log keeps it.
+    fn takeover(&self) -> super::takeover::Open {
+        match self {
+            Handle::File(f) => super::takeover::Open {
+                ino: f.inode.ino,
+                flags: f.flags,
+                dir: false,
+            },
+            Handle::Dir(d) => super::takeover::Open {
+                ino: d.inode.ino,
+                flags: libc::O_RDONLY | libc::O_DIRECTORY,
+                dir: true,
+            },
+        }
+    }
+}
+
 /// File handles given to the kernel. Numbers are never reused within a mount.
 pub struct HandleTable {
     map: Mutex<HashMap<u64, Handle>>,
     next: AtomicU64,
+    /// The session log a successor replays, when a keeper holds the session (set once).
+    journal: std::sync::OnceLock<Arc<super::takeover::Journal>>,
     /// Leg descriptors held by open files now.
     open_fds: Arc<AtomicUsize>,
     /// Most leg descriptors open files may hold.
@@ -272,6 +292,7 @@ impl HandleTable {
         HandleTable {
             map: Mutex::new(HashMap::new()),
             next: AtomicU64::new(1),
+            journal: std::sync::OnceLock::new(),
             open_fds: Arc::new(AtomicUsize::new(0)),
             fd_limit,
         }
@@ -294,8 +315,55 @@ impl HandleTable {
 
     fn insert(&self, h: Handle) -> u64 {
         let fh = self.next.fetch_add(1, Ordering::Relaxed);
-        self.map.lock().insert(fh, h);
+        let mut map = self.map.lock();
+        if let Some(j) = self.journal.get() {
+            j.open(fh, &h.takeover());
+        }
+        map.insert(fh, h);
         fh
+    }
+
+    /// Keeps the session log from now on (`fs/takeover.rs`; set once, before any request).
+    pub fn set_journal(&self, journal: Arc<super::takeover::Journal>) {
+        let _ = self.journal.set(journal);
+    }
+
+    /// Takes over the file handle `fh` of a serving process that died: it answers as `f`.
+    pub fn restore_file(&self, fh: u64, f: OpenFile) {
+        self.restore(fh, Handle::File(Arc::new(f)));
+    }
+
+    /// Takes over the directory handle `fh` of a serving process that died.
+    pub fn restore_dir(&self, fh: u64, d: OpenDir) {
+        self.restore(fh, Handle::Dir(Arc::new(d)));
+    }
+
+    fn restore(&self, fh: u64, h: Handle) {
+        let mut map = self.map.lock();
+        if let Some(j) = self.journal.get() {
+            j.open(fh, &h.takeover());
+        }
+        map.insert(fh, h);
+        self.next.fetch_max(fh + 1, Ordering::Relaxed);
+    }
+
+    /// Hands out only numbers above `top` from now on.
+    pub fn numbers_above(&self, top: u64) {
+        self.next.fetch_max(top + 1, Ordering::Relaxed);
+    }
+
+    /// The open handles as the session log keeps them (a successor's first snapshot).
+    pub fn takeover_opens(&self) -> std::collections::BTreeMap<u64, super::takeover::Open> {
+        self.map
+            .lock()
+            .iter()
+            .map(|(&fh, h)| (fh, h.takeover()))
+            .collect()
+    }
+
+    /// The highest number handed out so far.
+    pub fn top_number(&self) -> u64 {
+        self.next.load(Ordering::Relaxed).saturating_sub(1)
     }
 
     pub fn insert_file(&self, f: OpenFile) -> u64 {
@@ -322,7 +390,12 @@ impl HandleTable {
 
     /// Forgets `fh`; the descriptors close when the last user is done with them.
     pub fn remove(&self, fh: u64) {
-        self.map.lock().remove(&fh);
+        let mut map = self.map.lock();
+        if map.remove(&fh).is_some() {
+            if let Some(j) = self.journal.get() {
+                j.close(fh);
+            }
+        }
     }
 
     pub fn len(&self) -> usize {

@@ -18,6 +18,7 @@
 //! (`open_by_handle_at`) when next needed. Objects on filesystems without handles, on another
 //! filesystem than their leg's root, and objects with open files keep their descriptors.
 
+use super::takeover;
 use crate::errno::{Errno, Result};
 use crate::leg::LegIdx;
 use crate::sys;
@@ -176,6 +177,35 @@ impl Inode {
             .and_then(|o| o.read().clone())
             .ok_or(Errno::INTERNAL)?;
         self.object_fd(&obj, leg)
+    }
+
+    /// This object as the session log keeps it (`fs/takeover.rs`): its identities `ids` and,
+    /// per leg, its file handle (none for a descriptor that is pinned: another filesystem
+    /// than its leg's, which a successor looks up by path instead).
+    fn takeover_node(&self, ids: &[Identity], lookups: u64) -> takeover::Node {
+        let legs = self
+            .objects
+            .iter()
+            .enumerate()
+            .map(|(leg, o)| {
+                let obj = o.read().clone()?;
+                let id = ids.iter().find(|i| i.leg == leg)?;
+                Some(takeover::LegNode {
+                    dev: id.dev,
+                    ino: id.ino,
+                    handle: obj
+                        .handle
+                        .as_ref()
+                        .map(|h| h.to_bytes())
+                        .unwrap_or_default(),
+                })
+            })
+            .collect();
+        takeover::Node {
+            kind: self.kind,
+            lookups,
+            legs,
+        }
     }
 
     /// Whether this object is still to be looked for on `leg`.
@@ -338,6 +368,8 @@ pub struct FdCache {
     open: AtomicUsize,
     /// Descriptors in the order they were opened: the oldest are closed first.
     order: Mutex<VecDeque<(Weak<Inode>, LegIdx)>>,
+    /// The session log a successor replays, when a keeper holds the session (set once).
+    journal: std::sync::OnceLock<Arc<takeover::Journal>>,
 }
 
 impl FdCache {
@@ -360,6 +392,7 @@ impl FdCache {
             budget: budget.max(16),
             open: AtomicUsize::new(0),
             order: Mutex::new(VecDeque::new()),
+            journal: std::sync::OnceLock::new(),
         }
     }
 
@@ -744,6 +777,9 @@ impl InodeTable {
             match inner.live.get_mut(&ino) {
                 Some(e) if same && e.inode.kind == kind => {
                     e.lookups += 1;
+                    if let Some(j) = self.cache.journal.get() {
+                        j.lookups(ino, e.lookups);
+                    }
                     return e.inode.clone();
                 }
                 Some(_) => {}
@@ -754,6 +790,22 @@ impl InodeTable {
             Some(ino) => ino,
             None => inner.fresh_number(),
         };
+        self.make_live(inner, ino, ids, fds, kind, lazy, 1)
+    }
+
+    /// Makes `ino` the live inode of the object with identities `ids` and descriptors `fds`,
+    /// with the kernel's lookup count `lookups` (and says so in the session log).
+    #[allow(clippy::too_many_arguments)]
+    fn make_live(
+        &self,
+        mut inner: parking_lot::MutexGuard<'_, Inner>,
+        ino: u64,
+        ids: &[Identity],
+        fds: Vec<Option<OwnedFd>>,
+        kind: u32,
+        lazy: u64,
+        lookups: u64,
+    ) -> Arc<Inode> {
         inner.bind(ino, ids);
         inner.set_live(ino);
         let mut reopenable = Vec::new();
@@ -792,14 +844,103 @@ impl InodeTable {
             ino,
             Entry {
                 inode: inode.clone(),
-                lookups: 1,
+                lookups,
             },
         );
+        // Under the table's lock, so that the log has a number's birth and end in the order
+        // they happened (a number forgotten and handed out again).
+        if let Some(j) = self.cache.journal.get() {
+            j.node(ino, &inode.takeover_node(ids, lookups));
+        }
         drop(inner);
         for leg in reopenable {
             self.cache.opened(Arc::downgrade(&inode), leg);
         }
         inode
+    }
+
+    /// Keeps the session log from now on (`fs/takeover.rs`; set once, before any request).
+    pub fn set_journal(&self, journal: Arc<takeover::Journal>) {
+        let _ = self.cache.journal.set(journal);
+    }
+
+    /// Takes over the node ids of a serving process that died (`fs/takeover.rs`). Each node is
+    /// found on the legs by its file handles and checked to be the same object (device and
+    /// inode number), then made live with the kernel's lookup count. A leg where it cannot be
+    /// found that way (no handle, or `in_sync` legs whose handle fails) is left to the
+    /// resolver: the object is looked for there by path when first needed. A node found on no
+    /// leg is lost, and the kernel's requests for it get ESTALE. Returns the numbers lost.
+    pub fn restore(&self, state: &takeover::State, in_sync: &[bool]) -> Vec<u64> {
+        let mut lost = Vec::new();
+        for (&ino, node) in &state.nodes {
+            if ino <= CONTROL_INO || node.lookups == 0 {
+                continue;
+            }
+            let mut ids = Vec::new();
+            let mut fds = Vec::new();
+            let mut lazy = 0u64;
+            for (leg, &sync) in in_sync.iter().enumerate() {
+                let rec = node.legs.get(leg).cloned().flatten();
+                let found = rec.as_ref().filter(|_| sync).and_then(|r| {
+                    let h = FileHandle::from_bytes(&r.handle)?;
+                    let mount = self.cache.mount_fds.get(leg)?.read().clone()?;
+                    let fd = sys::fd::open_by_handle(mount.as_fd(), &h).ok()?;
+                    let st = sys::fd::fstat(fd.as_fd()).ok()?;
+                    (st.st_dev == r.dev && st.st_ino == r.ino).then_some(fd)
+                });
+                match (found, rec) {
+                    (Some(fd), Some(r)) => {
+                        ids.push(Identity {
+                            leg,
+                            dev: r.dev,
+                            ino: r.ino,
+                        });
+                        fds.push(Some(fd));
+                    }
+                    _ => {
+                        fds.push(None);
+                        if sync && leg < 64 {
+                            lazy |= 1 << leg;
+                        }
+                    }
+                }
+            }
+            if ids.is_empty() {
+                lost.push(ino);
+                continue;
+            }
+            let inner = self.inner.lock();
+            if inner.live.contains_key(&ino) {
+                continue;
+            }
+            self.make_live(inner, ino, &ids, fds, node.kind, lazy, node.lookups);
+        }
+        let mut inner = self.inner.lock();
+        inner.next_ino = inner.next_ino.max(state.top_ino + 1);
+        lost
+    }
+
+    /// The live inodes as the session log keeps them (a successor's first snapshot).
+    pub fn takeover_nodes(&self) -> std::collections::BTreeMap<u64, takeover::Node> {
+        let inner = self.inner.lock();
+        inner
+            .live
+            .iter()
+            .filter(|(&ino, _)| ino > CONTROL_INO)
+            .map(|(&ino, e)| {
+                let ids: Vec<Identity> = inner
+                    .known
+                    .get(&ino)
+                    .map(|k| k.ids.to_vec())
+                    .unwrap_or_default();
+                (ino, e.inode.takeover_node(&ids, e.lookups))
+            })
+            .collect()
+    }
+
+    /// The highest number handed out so far.
+    pub fn top_number(&self) -> u64 {
+        self.inner.lock().next_ino.saturating_sub(1)
     }
 
     /// Sets how objects are found on the legs they were not looked for on (once).
@@ -847,6 +988,12 @@ impl InodeTable {
         let mut closing = Vec::new();
         if let Some(e) = inner.live.get_mut(&ino) {
             e.lookups = e.lookups.saturating_sub(n);
+            if let Some(j) = self.cache.journal.get() {
+                match e.lookups {
+                    0 => j.gone(ino),
+                    left => j.lookups(ino, left),
+                }
+            }
             if e.lookups == 0 {
                 if let Some(gone) = inner
                     .live

@@ -22,6 +22,7 @@ mod live;
 mod namespace;
 mod quiet;
 mod read;
+pub mod takeover;
 mod xattr;
 
 use crate::errno::{Errno, Result};

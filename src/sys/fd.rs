@@ -463,6 +463,29 @@ pub struct FileHandle {
 /// Largest file handle the kernel makes (MAX_HANDLE_SZ).
 const MAX_HANDLE_BYTES: usize = 128;
 
+impl FileHandle {
+    /// The handle as bytes, to keep outside the process (`fs/takeover.rs`).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        self.words.iter().flat_map(|w| w.to_ne_bytes()).collect()
+    }
+
+    /// A handle from [`to_bytes`](Self::to_bytes); `None` if the bytes cannot be one.
+    pub fn from_bytes(b: &[u8]) -> Option<FileHandle> {
+        let header = std::mem::size_of::<libc::file_handle>();
+        if b.len() < header || !b.len().is_multiple_of(4) || b.len() > header + MAX_HANDLE_BYTES + 3
+        {
+            return None;
+        }
+        let words: Vec<u32> = b
+            .chunks_exact(4)
+            .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        // The header's handle_bytes must fit what follows it.
+        let said = words[0] as usize;
+        (header + said <= words.len() * 4).then_some(FileHandle { words })
+    }
+}
+
 /// The file handle of the object `fd` holds, or `None` when its filesystem has none
 /// (EOPNOTSUPP) or the object is on another mount than `expect_mount_id`.
 pub fn file_handle(fd: BorrowedFd<'_>) -> Result<Option<(FileHandle, i32)>> {
