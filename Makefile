@@ -103,14 +103,14 @@ test: deps test-unit test-external
 deps:
 	scripts/install-test-deps.sh
 
-# The disk model's binary first: tests put legs on it, and cargo test builds only the test
-# harness of another package's binary.
+# The test disks' binaries first (the disk model, the cache disk): tests put legs on them, and
+# cargo test builds only the test harness of another package's binary.
 # Twice: with the kernel's enable_uring switch off (transport=auto is /dev/fuse), then the
 # integration tests again with it on (auto is FUSE over io_uring). scripts/with-uring.sh sets
 # the switch for one pass and puts it back.
 test-unit:
 	@mkdir -p $(TARGET_DIR); rm -f $(SKIP_LOG)
-	$(CARGO) build -p mirrorfs-diskmodel $(filter --release,$(CARGO_TEST_FLAGS))
+	$(CARGO) build -p mirrorfs-diskmodel -p mirrorfs-cachedisk $(filter --release,$(CARGO_TEST_FLAGS))
 	scripts/with-uring.sh N env MIRRORFS_SKIP_LOG=$(SKIP_LOG) $(CARGO) test --workspace --all-features $(CARGO_TEST_FLAGS)
 	scripts/with-uring.sh Y env MIRRORFS_SKIP_LOG=$(SKIP_LOG) $(CARGO) test -p mirrorfs --all-features --test '*' $(CARGO_TEST_FLAGS)
 	@echo "test-unit: skipped: $$(cat $(SKIP_LOG) 2>/dev/null | wc -l)"

@@ -14,10 +14,13 @@
 //!   to adopt) and mounting existing legs again by hand.
 //! * [`ext4`]: a leg on an ext4 image on a loop device (read-only on demand, rot through the
 //!   device).
+//! * [`cachedisk`]: disks with a volatile write cache that a power cut empties (the
+//!   `mirrorfs-cachedisk` binary), the loop devices over them and the cut itself.
 //!
 //! Each test file is a crate of its own and uses only part of this: unused helpers are allowed.
 #![allow(dead_code)]
 
+pub mod cachedisk;
 pub mod control;
 pub mod diskmodel;
 pub mod ext4;
@@ -25,6 +28,8 @@ pub mod legs;
 
 // The test files reach everything through `use common::*`; a file that uses nothing of one of
 // these modules would otherwise warn about the re-export.
+#[allow(unused_imports)]
+pub use cachedisk::*;
 #[allow(unused_imports)]
 pub use control::*;
 #[allow(unused_imports)]
