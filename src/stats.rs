@@ -20,6 +20,11 @@ pub struct Stats {
     pub version: u32,
     /// mirrorfs's own version.
     pub mirrorfs_version: String,
+    /// The serving process's program, and its build (the CRC-32C of the program's bytes).
+    #[serde(default)]
+    pub exe: String,
+    #[serde(default)]
+    pub build: String,
     /// The mount point.
     pub mount: String,
     /// The daemon's process id.
@@ -58,6 +63,21 @@ pub struct Stats {
     /// How requests reach the daemon (`transport=`); null before the session is set up.
     #[serde(default)]
     pub transport: Option<TransportStats>,
+    /// The keeper that holds the session (`keeper=on`); null without one.
+    #[serde(default)]
+    pub keeper: Option<KeeperStats>,
+}
+
+/// The keeper of a session (`keeper=on`): its process, and how often a successor took the
+/// session over from a server that died.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct KeeperStats {
+    pub keeper_pid: u32,
+    /// Servers that died and were followed by a successor since the mount.
+    pub restarts: u64,
+    /// Why the last one went (empty before the first restart), and when (Unix seconds).
+    pub last_cause: String,
+    pub last_restart_unix_s: u64,
 }
 
 /// The FUSE transport in use.
@@ -189,9 +209,11 @@ pub struct DiskStats {
     pub removable: bool,
 }
 
-/// The state of the whole mount.
+/// The state of the whole mount. Its names are derived once, as [`LegState`]'s are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "UPPERCASE")]
+#[serde(into = "&'static str", try_from = "String")]
+#[derive(strum::IntoStaticStr, strum::Display, strum::EnumString, strum::VariantArray)]
+#[strum(serialize_all = "UPPERCASE")]
 pub enum MountState {
     /// Every member is in sync.
     Online,
@@ -203,17 +225,15 @@ pub enum MountState {
 
 impl MountState {
     pub fn as_str(self) -> &'static str {
-        match self {
-            MountState::Online => "ONLINE",
-            MountState::Degraded => "DEGRADED",
-            MountState::Faulted => "FAULTED",
-        }
+        self.into()
     }
 }
 
-impl std::fmt::Display for MountState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+/// For serde's `try_from` (an owned string, as for [`LegState`]).
+impl TryFrom<String> for MountState {
+    type Error = strum::ParseError;
+    fn try_from(s: String) -> Result<MountState, strum::ParseError> {
+        s.parse()
     }
 }
 
@@ -396,7 +416,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn states_read_back_as_they_were_written() {
+    fn job_states_read_back_as_they_were_written() {
         for j in [
             JobState::Running,
             JobState::Finished,
@@ -414,14 +434,134 @@ mod tests {
             serde_json::to_string(&JobState::Failed("x".into())).unwrap(),
             "\"failed: x\""
         );
-        assert_eq!(
-            serde_json::to_string(&MountState::Degraded).unwrap(),
-            "\"DEGRADED\""
+    }
+
+    /// Each state's name in every form it takes: `as_str` (the events, Prometheus), `Display`
+    /// (`mirrorfs status`), parsing and the stats document, both ways. These names are an
+    /// external format, so the table spells them out again on purpose; it must list every
+    /// variant, in declaration order (the order Prometheus lists them in).
+    fn names_agree<S>(table: &[(S, &str)], as_str: fn(S) -> &'static str)
+    where
+        S: Copy + PartialEq + std::fmt::Debug + std::fmt::Display,
+        S: std::str::FromStr + strum::VariantArray,
+        S: Serialize + serde::de::DeserializeOwned,
+    {
+        let listed: Vec<S> = table.iter().map(|&(state, _)| state).collect();
+        assert_eq!(listed, S::VARIANTS);
+        for &(state, name) in table {
+            assert_eq!(as_str(state), name);
+            assert_eq!(state.to_string(), name);
+            assert!(name.parse::<S>().ok() == Some(state), "{name}");
+            let text = serde_json::to_string(&state).unwrap();
+            assert_eq!(text, format!("\"{name}\""));
+            assert_eq!(serde_json::from_str::<S>(&text).unwrap(), state, "{text}");
+            let value = serde_json::Value::String(name.into());
+            assert_eq!(serde_json::from_value::<S>(value).unwrap(), state);
+            let lower = format!("\"{}\"", name.to_lowercase());
+            assert!(serde_json::from_str::<S>(&lower).is_err(), "{lower}");
+        }
+    }
+
+    #[test]
+    fn every_leg_state_keeps_its_name() {
+        names_agree(
+            &[
+                (LegState::InSync, "ONLINE"),
+                (LegState::Failed, "FAULTED"),
+                (LegState::Missing, "MISSING"),
+                (LegState::Stale, "STALE"),
+                (LegState::Resyncing, "RESYNCING"),
+                (LegState::Removed, "REMOVED"),
+            ],
+            LegState::as_str,
         );
-        for l in [LegState::InSync, LegState::Failed, LegState::Removed] {
-            let text = serde_json::to_string(&l).unwrap();
-            assert_eq!(text, format!("\"{}\"", l.as_str()));
-            assert_eq!(serde_json::from_str::<LegState>(&text).unwrap(), l);
+    }
+
+    #[test]
+    fn every_mount_state_keeps_its_name() {
+        names_agree(
+            &[
+                (MountState::Online, "ONLINE"),
+                (MountState::Degraded, "DEGRADED"),
+                (MountState::Faulted, "FAULTED"),
+            ],
+            MountState::as_str,
+        );
+    }
+}
+
+/// A document to render in the tests of the layers above (`cli/events.rs`,
+/// `cli/prometheus.rs`): legs in the given states, the mount's state following from them.
+#[cfg(test)]
+pub(crate) mod fixture {
+    use super::*;
+
+    pub fn leg(name: &str, state: LegState) -> LegStats {
+        LegStats {
+            name: name.into(),
+            path: format!("/legs/{name}"),
+            state,
+            rotational: false,
+            rotational_source: "unknown".into(),
+            writemostly: false,
+            quiet: false,
+            device: None,
+            read_ops: 0,
+            read_bytes: 0,
+            write_ops: 0,
+            write_bytes: 0,
+            read_errors: 0,
+            write_errors: 0,
+            checksum_errors: 0,
+            read_repairs: 0,
+            timeouts: 0,
+            abandoned: 0,
+            inflight: 0,
+            device_inflight: None,
+            latency_us: LatencyStats::default(),
+            read_bandwidth: None,
+            policy_picks: 0,
+            stream_switches: 0,
+            split_reads: 0,
+            spread_reads: 0,
+            size_bytes: Some(1 << 30),
+            free_bytes: Some(1 << 29),
+            reserve_bytes: 0,
+            disk: None,
+        }
+    }
+
+    pub fn stats(legs: Vec<LegStats>) -> Stats {
+        let online = legs.iter().filter(|l| l.state == LegState::InSync).count();
+        Stats {
+            version: 1,
+            mirrorfs_version: "0".into(),
+            exe: String::new(),
+            build: String::new(),
+            mount: "/m".into(),
+            pid: 1,
+            state: if online == legs.len() {
+                MountState::Online
+            } else if online > 0 {
+                MountState::Degraded
+            } else {
+                MountState::Faulted
+            },
+            read_policy: "auto".into(),
+            uptime_s: 0,
+            uptime_us: 0,
+            legs_total: legs.len(),
+            legs_online: online,
+            members_not_given: 0,
+            legs,
+            resync: None,
+            scrub: None,
+            last_scrub: None,
+            daemon: None,
+            readahead: None,
+            transport: None,
+            integrity: None,
+            keeper: None,
         }
     }
 }

@@ -934,6 +934,81 @@ fn kill_9_after_renames_recovers_what_stayed_dirty_at_the_new_paths() {
     assert_legs_identical(&legs);
 }
 
+/// A hard-linked file dirtied through one name, that name removed while the other stands,
+/// then written again through a descriptor still open (`a`); and another, clean when its name
+/// went, then written through such a descriptor (`p`). The records of the removed names would
+/// stand for nothing after a crash: the intent log names both by identity, and after `kill -9`
+/// the next mount makes their copies identical under the names that stand, in another
+/// directory (whose cover stands for nothing of theirs).
+#[test]
+fn kill_9_after_writes_through_a_removed_hard_link_recovers_the_names_that_stand() {
+    use std::os::unix::fs::FileExt;
+    require_fuse!();
+    require_tool!("getfattr");
+    let mut m = TestMirror::new(2).mount();
+    let mnt = m.mnt().to_path_buf();
+    let legs = m.legs().to_vec();
+    for d in ["d1", "d2"] {
+        fs::create_dir(mnt.join(d)).unwrap();
+    }
+    for (name, other, seed) in [("d1/a", "d2/b", 3), ("d1/p", "d2/q", 4)] {
+        fs::write(mnt.join(name), pattern(40_000, seed)).unwrap();
+        fs::hard_link(mnt.join(name), mnt.join(other)).unwrap();
+    }
+    // Clean: nothing is dirty, nothing covered.
+    m.unmount();
+    m.mount_again(&[]);
+    let open = |p: &str| OpenOptions::new().write(true).open(mnt.join(p)).unwrap();
+    let (a, p) = (open("d1/a"), open("d1/p"));
+    let pid = daemon_pid(&mnt);
+    let stopped = change_then_stop(
+        pid,
+        || {
+            // Again after a retry: the removed names come back first.
+            for (name, other) in [("d1/a", "d2/b"), ("d1/p", "d2/q")] {
+                if !mnt.join(name).exists() {
+                    fs::hard_link(mnt.join(other), mnt.join(name)).unwrap();
+                }
+            }
+            a.write_all_at(b"first", 0).unwrap();
+            fs::remove_file(mnt.join("d1/a")).unwrap();
+            a.write_all_at(b"again", 100).unwrap();
+            fs::remove_file(mnt.join("d1/p")).unwrap();
+            p.write_all_at(b"after", 200).unwrap();
+        },
+        || None,
+    );
+    for leg in &legs {
+        let rec = log_records(&intent_log(leg));
+        let ids = rec
+            .iter()
+            .filter(|r| mirrorfs::meta::changes::parse_identity(r.as_bytes()).is_some())
+            .count();
+        assert_eq!(ids, 2, "not both by identity on {}: {rec:?}", leg.display());
+        assert!(!stands_for(&rec, &legs, "d2/b"), "{rec:?}");
+    }
+    // What a power cut during the writes could leave on leg1.
+    corrupt_keeping_times(&legs[1].join("d2/b"), 100, 5);
+    corrupt_keeping_times(&legs[1].join("d2/q"), 200, 5);
+    // The files open on the mount close once the daemon is dead (a close waits for a stopped
+    // one), before the dead mount is unmounted.
+    assert_eq!(stopped.kill(), 0, "kill -9 {pid}");
+    assert!(
+        wait_pids_gone(m.daemon_pids(), Duration::from_secs(10)),
+        "the daemon survived kill -9"
+    );
+    drop((a, p));
+    umount2(m.mnt(), 0).expect("umount of the dead mount");
+
+    let mut r = mount_ok(&legs, &mnt, &[]);
+    assert_legs_identical(&legs);
+    let b = fs::read(mnt.join("d2/b")).unwrap();
+    assert_eq!((&b[0..5], &b[100..105]), (&b"first"[..], &b"again"[..]));
+    assert_eq!(&fs::read(mnt.join("d2/q")).unwrap()[200..205], b"after");
+    r.unmount();
+    assert_legs_identical(&legs);
+}
+
 /// A leg whose intent log cannot take a record (here a cover: `intent.log` replaced by a
 /// directory behind the mount) is dropped before the change reaches any leg; the create
 /// succeeds on the other leg and is served from it, and `leg add` brings the leg back

@@ -414,9 +414,10 @@ fn sixteen_readers_are_sixteen_leg_reads_under_way() {
          {served}, at most {most} in flight; {verified} blocks verified",
         reads as f64 / 2.0 * 0.020
     );
-    // One read at a time would make 100; sixteen under way about 1,600.
+    // One read at a time would make 100; sixteen under way about 1,600 (a loaded machine,
+    // or a debug build beside a compiler, gets 750 to 1,450 here).
     assert!(
-        reads >= 800,
+        reads >= 500,
         "{reads} reads in 2 s: the reads waited for each other"
     );
     assert!(most >= 12, "at most {most} reads in flight on the leg");

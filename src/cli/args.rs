@@ -221,6 +221,27 @@ pub enum Sub {
         /// The mount.
         mount: PathBuf,
     },
+    /// Replaces a mount's server in place (keeper=on): programs see a pause, not an error
+    #[command(
+        long_about = "Asks the keeper of a mount (-o keeper=on) to replace the process serving \
+                      it: the server answers the requests under way and hands the session \
+                      over; a new server (PROGRAM, another build, with --binary; else the same \
+                      program as before) takes it over, as after a crash but with no request \
+                      cut off. Programs using the mount see a pause. A new program that does \
+                      not serve is replaced by the one before. /dev/fuse only. Root, or the \
+                      user who mounted, may ask; the program must be owned by that user or \
+                      root and writable by no one else.\n\n\
+                      Exit status: 0 once the new server answers (its pid and build are \
+                      printed), 1 refused or no new server within 120 s, 2 usage error or \
+                      not a mirrorfs mount."
+    )]
+    Restart {
+        /// The mount.
+        mount: PathBuf,
+        /// The program to start instead (another build of mirrorfs).
+        #[arg(long, value_name = "PROGRAM")]
+        binary: Option<PathBuf>,
+    },
     /// Where each leg keeps its copy of a file, and whether that copy is in sync
     #[command(
         long_about = "For each FILE of a mirror (any path inside a mirrorfs mount), \

@@ -514,6 +514,89 @@ pub fn list_cmd(m: &Path, bytes: bool) -> i32 {
     0
 }
 
+/// `mirrorfs restart MOUNT [--binary PROGRAM]`: the keeper replaces the mount's server (with
+/// PROGRAM, another build, when given) and programs see a pause; this command waits until the
+/// new server answers, and prints its pid and build.
+pub fn restart(mount: &Path, binary: Option<&Path>) -> i32 {
+    let before = match stats(mount) {
+        Ok(s) => s,
+        Err((code, e)) => {
+            eprintln!("mirrorfs: {e}");
+            return code;
+        }
+    };
+    let program = match binary {
+        None => Vec::new(),
+        Some(b) => match std::fs::canonicalize(b) {
+            Ok(p) => p.into_os_string().into_encoded_bytes(),
+            Err(e) => {
+                eprintln!(
+                    "mirrorfs: {}: restart: '{}': {e}",
+                    mount.display(),
+                    b.display()
+                );
+                return 2;
+            }
+        },
+    };
+    let Some(file) = control_file(mount) else {
+        let (code, e) = not_a_mount(mount);
+        eprintln!("mirrorfs: {e}");
+        return code;
+    };
+    let name = key_name("restart").expect("a plain key");
+    if let Err(e) = sys::xattr::set_path(&file, &name, &program) {
+        // The daemon says why (no keeper, io_uring, a program it will not run), unless the
+        // kernel refused before it.
+        let why = match e.code() {
+            libc::EACCES => None,
+            _ => key_name("last_error")
+                .ok()
+                .and_then(|n| sys::xattr::get_path(&file, &n).ok())
+                .map(|w| String::from_utf8_lossy(&w).into_owned())
+                .filter(|w| !w.is_empty()),
+        };
+        let why = why.unwrap_or_else(|| match e.code() {
+            libc::EPERM | libc::EACCES => NOT_ALLOWED.to_string(),
+            _ => e.to_string(),
+        });
+        eprintln!("mirrorfs: {}: restart: {why}", mount.display());
+        return 1;
+    }
+    let start = std::time::Instant::now();
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        match stats(mount) {
+            Ok(now) if now.pid != before.pid => {
+                println!(
+                    "{}: restarted: pid {} -> {}, {} {} -> {} {} ({:.1} s)",
+                    mount.display(),
+                    before.pid,
+                    now.pid,
+                    before.mirrorfs_version,
+                    before.build,
+                    now.mirrorfs_version,
+                    now.build,
+                    start.elapsed().as_secs_f64()
+                );
+                return 0;
+            }
+            Ok(_) | Err(_) if start.elapsed() < std::time::Duration::from_secs(120) => {}
+            Ok(_) => {
+                eprintln!(
+                    "mirrorfs: {}: restart: no new server after 120 s (see the log)",
+                    mount.display()
+                );
+                return 1;
+            }
+            Err((code, e)) => {
+                eprintln!("mirrorfs: restart: {e}");
+                return code;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,11 +7,10 @@
 //! resolved, the daemon's working directory is `/`. Under systemd (`$NOTIFY_SOCKET`), the
 //! daemon sends READY=1 once the mount answers, and STOPPING=1 when it goes.
 
-use super::validate::{validate, Validated};
+use super::validate::{validate_with, Validated};
 use super::Args;
 use crate::config::MountConfig;
 use crate::fs::{FsConfig, MirrorFs};
-use crate::fuse::KernelNotifier;
 use crate::leg::{Leg, LegState};
 use crate::meta::array::{ArrayPlan, PlannedLeg};
 use crate::sys;
@@ -31,12 +30,13 @@ fn prepare(args: &Args) -> Result<Prepared, Vec<String>> {
     config.fsname.get_or_insert_with(|| args.legs.clone());
     // Before any leg is looked at: a transport the kernel cannot give.
     crate::fuse::check_transport(config.transport).map_err(|e| vec![e])?;
-    let checked = match validate(&args.legs, &args.mountpoint, config.degraded) {
+    let successor = super::keeper::Link::is_successor();
+    let checked = match validate_with(&args.legs, &args.mountpoint, config.degraded, successor) {
         Ok(c) => c,
         Err(e) => {
             // A leg that is not there: say whether the others could serve without it.
             let others_can_serve = !config.degraded
-                && validate(&args.legs, &args.mountpoint, true).is_ok_and(|c| {
+                && validate_with(&args.legs, &args.mountpoint, true, successor).is_ok_and(|c| {
                     ArrayPlan::prepare(
                         &c.shown,
                         &c.legs,
@@ -97,15 +97,71 @@ fn prepare(args: &Args) -> Result<Prepared, Vec<String>> {
     })
 }
 
-/// Runs the command: validates, then mounts and serves (forking first unless `-f`).
+/// The server's arguments, as the keeper starts it: in the foreground, the legs and the mount
+/// point as absolute paths (the keeper's working directory is `/`).
+fn server_args(args: &Args, p: &Prepared, cwd: &std::path::Path) -> Vec<std::ffi::OsString> {
+    let legs: Vec<String> = args
+        .legs
+        .split(':')
+        .map(|leg| match std::path::Path::new(leg).is_absolute() {
+            true => leg.to_string(),
+            false => cwd.join(leg).to_string_lossy().into_owned(),
+        })
+        .collect();
+    let mut out: Vec<std::ffi::OsString> = vec![
+        legs.join(":").into(),
+        p.checked.mountpoint.clone().into(),
+        "-f".into(),
+    ];
+    if args.debug {
+        out.push("-d".into());
+    }
+    for o in &args.options {
+        out.push("-o".into());
+        out.push(o.into());
+    }
+    out
+}
+
+/// Runs the command: validates, then mounts and serves (forking first unless `-f`). With
+/// `keeper=on`, this process (or its forked child) keeps the session and a server it starts
+/// serves (`keeper.rs`); a server started that way serves with its link to the keeper.
 pub fn start(args: &Args) -> Result<(), Vec<String>> {
     let p = prepare(args)?;
+    let link = super::keeper::Link::from_env();
+    let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
     // Every path is resolved: let go of the caller's directory, which the daemon would
     // otherwise keep busy (no unmounting the disk the mount was started from).
     std::env::set_current_dir("/")
         .map_err(|e| vec![format!("cannot change directory to '/': {e}")])?;
+    if link.is_some() {
+        return serve(p, None, link).map_err(|e| vec![e]);
+    }
+    let keeper = p
+        .config
+        .keeper
+        .then(|| -> Result<super::keeper::Start, Vec<String>> {
+            Ok(super::keeper::Start {
+                program: std::env::current_exe().map_err(|e| {
+                    vec![format!("cannot find this program to start the server: {e}")]
+                })?,
+                args: server_args(args, &p, &cwd),
+                dir: cwd.clone(),
+                syslog: !args.foreground,
+            })
+        });
+    let keeper = keeper.transpose()?;
     if args.foreground {
-        return serve(p, None).map_err(|e| vec![e]);
+        return match keeper {
+            Some(k) => {
+                let mnt = p.checked.mountpoint.clone();
+                match super::keeper::run(k, &p.config, mnt, None) {
+                    0 => Ok(()),
+                    _ => Err(vec!["the mount ended with an error (see the log)".into()]),
+                }
+            }
+            None => serve(p, None, None).map_err(|e| vec![e]),
+        };
     }
     let (mut reader, writer) = std::io::pipe().map_err(|e| vec![format!("pipe: {e}")])?;
     // SAFETY: no thread has been started yet: parsing, validation and planning run on this
@@ -118,7 +174,11 @@ pub fn start(args: &Args) -> Result<(), Vec<String>> {
             drop(reader);
             sys::setsid();
             super::logging::to_syslog(args.debug);
-            let code = match serve(p, Some(writer)) {
+            if let Some(k) = keeper {
+                let mnt = p.checked.mountpoint.clone();
+                std::process::exit(super::keeper::run(k, &p.config, mnt, Some(writer)));
+            }
+            let code = match serve(p, Some(writer), None) {
                 Ok(()) => 0,
                 Err(e) => {
                     log::error!("{e}");
@@ -154,13 +214,21 @@ fn open_fd_budget(nofile: usize, threads: usize, legs: usize) -> usize {
 }
 
 /// Mounts and serves until unmounted. `ready` (background mode) learns "OK" or the error.
-fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), String> {
+fn serve(
+    p: Prepared,
+    mut ready: Option<std::io::PipeWriter>,
+    link: Option<super::keeper::Link>,
+) -> Result<(), String> {
     let fail = |ready: &mut Option<std::io::PipeWriter>, e: String| {
         if let Some(w) = ready.as_mut() {
             let _ = w.write_all(e.as_bytes());
         }
+        if let Some(l) = link.as_ref() {
+            let _ = l.error(&e);
+        }
         e
     };
+    let successor = link.is_some() && super::keeper::Link::is_successor();
     sys::clear_umask();
     let nofile = sys::raise_nofile_limit();
     // Before any thread starts, so that every thread inherits the mask and only the signal
@@ -233,18 +301,49 @@ fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), Stri
     let cache = p.config.kernel_cache();
     let fuse_config = p.config.fuser_config();
     let mountpoint = p.checked.mountpoint.clone();
-    let mut session = crate::fuse::mount(cache, &fuse_config, &mountpoint, p.config.transport)
-        .map_err(|e| {
-            fail(
-                &mut ready,
-                format!("cannot mount on '{}': {e}", mountpoint.display()),
-            )
-        })?;
+    // The session log a successor would replay, when a keeper holds the session.
+    let mut session_log: Option<std::fs::File> = None;
+    let mut session = match (&link, successor) {
+        (Some(l), true) => {
+            let (session, log) = take_session_over(&fs, l, p.config.transport, &mountpoint)
+                .map_err(|e| fail(&mut ready, e))?;
+            session_log = Some(log);
+            session
+        }
+        _ => crate::fuse::mount(cache, &fuse_config, &mountpoint, p.config.transport).map_err(
+            |e| {
+                fail(
+                    &mut ready,
+                    format!("cannot mount on '{}': {e}", mountpoint.display()),
+                )
+            },
+        )?,
+    };
+    if link.is_some() && !successor {
+        fs.set_keeper(sys::parent_pid(), 0, "");
+        // Every node id and handle the kernel is given is recorded from the first request on.
+        let log =
+            new_session_log(&fs, session.negotiated(), None).map_err(|e| fail(&mut ready, e))?;
+        session_log = Some(log);
+    }
+    if let Some(l) = link.as_ref() {
+        let to_keeper = l
+            .try_clone()
+            .map_err(|e| fail(&mut ready, format!("cannot keep the keeper's socket: {e}")))?;
+        let weak = Arc::downgrade(&fs);
+        fs.set_restart_hook(Box::new(move |value| {
+            let fs = weak.upgrade().ok_or((
+                crate::errno::Errno(libc::ESHUTDOWN),
+                "unmounting".to_string(),
+            ))?;
+            hand_over(&fs, &to_keeper, value)
+        }));
+    }
     if let Err(e) = session.check_uring() {
         session.unmount();
         return Err(fail(&mut ready, e));
     }
-    if let Err(e) = fs.start_kernel_notices(Box::new(KernelNotifier(session.notifier()))) {
+    if let Err(e) = fs.start_kernel_notices(Box::new(session.notifier())) {
         session.unmount();
         return Err(fail(
             &mut ready,
@@ -325,7 +424,25 @@ fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), Stri
     // Once the transport is set up (the stats say which one serves), the mount is ready: the
     // background parent returns, and a Type=notify service (contrib/systemd/mirrorfs@.service)
     // starts its dependents.
-    let serving_now = || {
+    let negotiated = session.negotiated().clone();
+    if successor {
+        // What the dead server had read and not answered comes back, marked as resent.
+        if let Err(e) = session.resend() {
+            log::error!("cannot ask the kernel to send again what the last server had: {e}");
+        }
+    }
+    let serving_now = |devices: &[std::os::fd::BorrowedFd<'_>]| {
+        if let (Some(l), Some(log)) = (link.as_ref(), session_log.as_ref()) {
+            // The keeper holds the session from now on: every descriptor of the connection
+            // (so that no request a reader holds is ended when this process dies) and the log.
+            use std::os::fd::AsFd;
+            if let Err(e) = l
+                .session(&negotiated, log.as_fd(), devices)
+                .and_then(|()| l.ready())
+            {
+                log::error!("cannot give the session to the keeper: {e}");
+            }
+        }
         if let Some(mut w) = ready.take() {
             let _ = w.write_all(b"OK");
             drop(w);
@@ -350,6 +467,161 @@ fn serve(p: Prepared, mut ready: Option<std::io::PipeWriter>) -> Result<(), Stri
     );
     super::notify::notify("STOPPING=1");
     super::utab::unregister(&mountpoint);
+    if let (Some(l), Ok(())) = (link.as_ref(), &ran) {
+        let _ = l.unmounted();
+    }
     // A transport that could not be set up: the background parent learns why.
     ran.map_err(|e| fail(&mut ready, e))
+}
+
+/// A session log in a new memory file, for the keeper to hold: what INIT settled, and
+/// `start` (a successor's snapshot of what it took over), then whatever the core records.
+fn new_session_log(
+    fs: &Arc<MirrorFs>,
+    neg: &crate::fuse::Negotiated,
+    start: Option<crate::fs::takeover::State>,
+) -> Result<std::fs::File, String> {
+    use crate::fs::takeover::{Journal, State};
+    let file = sys::session::memfd("mirrorfs-session")
+        .map_err(|e| format!("cannot make the session log: {e}"))?;
+    let session = serde_json::to_vec(neg).map_err(|e| format!("the session record: {e}"))?;
+    let start = State {
+        session,
+        ..start.unwrap_or_default()
+    };
+    let journal = Journal::new(
+        file.try_clone()
+            .map_err(|e| format!("cannot duplicate the session log: {e}"))?,
+        &start.snapshot(),
+    )
+    .map_err(|e| format!("cannot write the session log: {e}"))?;
+    fs.keep_session_log(Arc::new(journal));
+    Ok(file)
+}
+
+/// `user.mirrorfs.restart` (`mirrorfs restart`): checks the program to start, tells the keeper,
+/// and, once this answer is out, hands the session over: the gate closes, the requests under
+/// way are answered, and the process ends without unmounting. The successor takes the session
+/// over as after a crash (the legs are recovered from the write-intent log), but no request
+/// was cut off halfway: what this server had read and not started is sent again.
+fn hand_over(
+    fs: &Arc<MirrorFs>,
+    keeper: &super::keeper::Link,
+    value: &[u8],
+) -> Result<(), (crate::errno::Errno, String)> {
+    use crate::errno::Errno;
+    use std::os::unix::fs::MetadataExt;
+    let uring = fs.stats().transport.is_some_and(|t| t.kind == "uring");
+    if uring {
+        return Err((
+            Errno::ENOTSUP,
+            "over io_uring a session cannot be handed over (Linux 6.18 sends again only what was \
+             read from /dev/fuse): mount with -o transport=devfuse to restart in place"
+                .into(),
+        ));
+    }
+    let text = std::str::from_utf8(value)
+        .map_err(|_| (Errno::EINVAL, "the program's path is not text".to_string()))?
+        .trim();
+    let program = match text {
+        "" => None,
+        t => {
+            let p = std::path::PathBuf::from(t);
+            if !p.is_absolute() {
+                return Err((
+                    Errno::EINVAL,
+                    format!("'{t}': the program must be an absolute path"),
+                ));
+            }
+            let m = std::fs::metadata(&p).map_err(|e| (Errno::EINVAL, format!("'{t}': {e}")))?;
+            if !m.is_file() || m.mode() & 0o111 == 0 {
+                return Err((Errno::EINVAL, format!("'{t}' is not an executable file")));
+            }
+            let me = sys::geteuid();
+            if (m.uid() != me && m.uid() != 0) || m.mode() & 0o022 != 0 {
+                return Err((
+                    Errno::EPERM,
+                    format!(
+                        "'{t}' is owned by uid {} or writable by others: the server runs as uid \
+                         {me}, and runs only a program that it or root owns and no one else \
+                         may change",
+                        m.uid()
+                    ),
+                ));
+            }
+            super::keeper::probe(&p).map_err(|why| (Errno::EINVAL, format!("'{t}': {why}")))?;
+            Some(p)
+        }
+    };
+    if fs.gate().is_closed() {
+        return Err((Errno::EBUSY, "a restart is already under way".into()));
+    }
+    keeper
+        .restart(&super::keeper::Restart { program })
+        .map_err(|e| (Errno::EIO, format!("cannot reach the keeper: {e}")))?;
+    let fs = fs.clone();
+    std::thread::Builder::new()
+        .name("hand-over".into())
+        .spawn(move || {
+            match fs.gate().drain(std::time::Duration::from_secs(10)) {
+                true => {
+                    // Every write answered is on every in-sync leg: the legs are flushed and
+                    // marked clean as at an unmount, so the successor has nothing to recover.
+                    fs.unmount();
+                    log::warn!("restart: every request under way answered; handing over");
+                }
+                // A request still under way may have reached some legs only: the legs stay
+                // marked in use, and the successor recovers them as after a crash.
+                false => log::error!(
+                    "restart: requests still under way after 10 s; handing over anyway (the \
+                     successor recovers as after a crash)"
+                ),
+            }
+            // Nothing is unmounted: the successor takes the session over.
+            sys::exit_now(0)
+        })
+        .map_err(|e| (Errno::EAGAIN, format!("cannot start the hand-over: {e}")))?;
+    Ok(())
+}
+
+/// A successor's mount: the session the keeper hands over (no mount, no INIT), its node ids
+/// and handles taken over from the dead server's log, and a log of its own.
+fn take_session_over(
+    fs: &Arc<MirrorFs>,
+    link: &super::keeper::Link,
+    transport: crate::config::Transport,
+    mountpoint: &std::path::Path,
+) -> Result<(crate::fuse::Mounted, std::fs::File), String> {
+    use crate::fs::takeover::{Journal, State};
+    let (t, mut old_log, dev, readers) = link
+        .takeover()
+        .map_err(|e| format!("cannot take the session over: {e}"))?;
+    let bytes =
+        Journal::read_all(&mut old_log).map_err(|e| format!("cannot read the session log: {e}"))?;
+    let state = State::replay(&bytes);
+    let took = fs.take_over(&state);
+    log::warn!(
+        "took the session over (restart {}; {}): {} node id(s) and {} handle(s)",
+        t.restarts,
+        t.cause,
+        took.nodes,
+        took.handles
+    );
+    if !took.lost_nodes.is_empty() || !took.lost_handles.is_empty() {
+        log::error!(
+            "node ids found on no leg (ESTALE from now on): {:?}; handles lost: {:?}",
+            took.lost_nodes,
+            took.lost_handles
+        );
+    }
+    let snapshot = fs.takeover_state(Vec::new());
+    let log = new_session_log(fs, &t.negotiated, Some(snapshot))?;
+    {
+        use std::os::fd::AsFd;
+        link.log(log.as_fd())
+            .map_err(|e| format!("cannot give the keeper the session log: {e}"))?;
+    }
+    fs.set_keeper(sys::parent_pid(), t.restarts, &t.cause);
+    let mounted = crate::fuse::take_over(dev, readers, t.negotiated, transport, mountpoint);
+    Ok((mounted, log))
 }

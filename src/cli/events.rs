@@ -25,22 +25,13 @@ const POLL: Duration = Duration::from_millis(500);
 /// The longest a program may run before it is killed.
 const PROGRAM_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// How bad an event is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// How bad an event is. Its name (`MIRRORFS_SEVERITY`) is the variant's, in lower case.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::Display)]
+#[strum(serialize_all = "lowercase")]
 pub enum Severity {
     Info,
     Warning,
     Error,
-}
-
-impl Severity {
-    fn as_str(self) -> &'static str {
-        match self {
-            Severity::Info => "info",
-            Severity::Warning => "warning",
-            Severity::Error => "error",
-        }
-    }
 }
 
 /// One event: its name, severity, summary line, the leg it concerns, and its variables.
@@ -528,7 +519,7 @@ impl Dispatcher {
         let mut vars: Vec<(String, String)> = vec![
             ("MIRRORFS_EVENT".into(), e.name.into()),
             ("MIRRORFS_EVENT_ID".into(), id.to_string()),
-            ("MIRRORFS_SEVERITY".into(), e.severity.as_str().into()),
+            ("MIRRORFS_SEVERITY".into(), e.severity.to_string()),
             ("MIRRORFS_SUMMARY".into(), e.summary.clone()),
             ("MIRRORFS_MOUNT".into(), self.mount.display().to_string()),
             ("MIRRORFS_TIME".into(), time.to_string()),
@@ -624,72 +615,13 @@ pub fn start(fs: Arc<MirrorFs>, mount: &Path, config: &MountConfig) -> std::io::
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stats::{LatencyStats, LegStats};
+    use crate::stats::fixture::{leg, stats};
 
-    fn leg(name: &str, state: LegState) -> LegStats {
-        LegStats {
-            name: name.into(),
-            path: format!("/legs/{name}"),
-            state,
-            rotational: false,
-            rotational_source: "unknown".into(),
-            writemostly: false,
-            quiet: false,
-            device: None,
-            read_ops: 0,
-            read_bytes: 0,
-            write_ops: 0,
-            write_bytes: 0,
-            read_errors: 0,
-            write_errors: 0,
-            checksum_errors: 0,
-            read_repairs: 0,
-            timeouts: 0,
-            abandoned: 0,
-            inflight: 0,
-            device_inflight: None,
-            latency_us: LatencyStats::default(),
-            read_bandwidth: None,
-            policy_picks: 0,
-            stream_switches: 0,
-            split_reads: 0,
-            spread_reads: 0,
-            size_bytes: Some(1 << 30),
-            free_bytes: Some(1 << 29),
-            reserve_bytes: 0,
-            disk: None,
-        }
-    }
-
-    fn stats(legs: Vec<LegStats>) -> Stats {
-        let online = legs.iter().filter(|l| l.state == LegState::InSync).count();
-        Stats {
-            version: 1,
-            mirrorfs_version: "0".into(),
-            mount: "/m".into(),
-            pid: 1,
-            state: if online == legs.len() {
-                MountState::Online
-            } else if online > 0 {
-                MountState::Degraded
-            } else {
-                MountState::Faulted
-            },
-            read_policy: "auto".into(),
-            uptime_s: 0,
-            uptime_us: 0,
-            legs_total: legs.len(),
-            legs_online: online,
-            members_not_given: 0,
-            legs,
-            resync: None,
-            scrub: None,
-            last_scrub: None,
-            daemon: None,
-            readahead: None,
-            transport: None,
-            integrity: None,
-        }
+    /// Notify programs read these in `MIRRORFS_SEVERITY`.
+    #[test]
+    fn severities_keep_their_names() {
+        let all = [Severity::Info, Severity::Warning, Severity::Error];
+        assert_eq!(all.map(|s| s.to_string()), ["info", "warning", "error"]);
     }
 
     fn names(e: &[Event]) -> Vec<&'static str> {

@@ -6,6 +6,7 @@ mod daemon;
 mod events;
 mod format;
 mod iostat;
+mod keeper;
 mod logging;
 mod man;
 mod notify;
@@ -23,6 +24,12 @@ use args::{Parsed, ScrubCmd, Sub};
 
 /// Runs the command and returns the process exit status.
 pub fn run(argv: Vec<std::ffi::OsString>) -> i32 {
+    // A server asking whether this program can take its session over (`mirrorfs restart
+    // --binary`): the takeover format it speaks, and nothing else.
+    if std::env::var_os(keeper::ENV_PROBE).is_some() {
+        println!("{}", keeper::probe_answer());
+        return 0;
+    }
     // Installed as umount(8)'s helper for the type (umount.fuse.mirrorfs, umount.mirrorfs).
     let called = argv
         .first()
@@ -82,6 +89,7 @@ pub fn run(argv: Vec<std::ffi::OsString>) -> i32 {
         Sub::Leg(c) => control::leg(c),
         Sub::Where { json, files } => whereis::run(&files, json),
         Sub::NotifyTest { mount } => control::notify_test(&mount),
+        Sub::Restart { mount, binary } => control::restart(&mount, binary.as_deref()),
         Sub::Unmount {
             mount,
             lazy,
@@ -129,7 +137,10 @@ fn mount_helper_args(
 
 /// The mount form: validate, then mount and serve.
 fn mount(args: &Args) -> i32 {
-    if args.foreground {
+    // A server a keeper started in the background logs where the keeper does.
+    if std::env::var_os(keeper::ENV_SYSLOG).is_some() {
+        logging::to_syslog(args.debug);
+    } else if args.foreground {
         logging::to_stderr(args.debug);
     }
     match daemon::start(args) {

@@ -9,12 +9,13 @@
 
 use crate::stats::{JobState, LegState, MountState, ScanStats, Stats};
 use std::fmt::Write;
+use strum::VariantArray;
 
 /// One metric family: its name, type, help line and samples (label set, value).
 struct Family {
     name: &'static str,
     kind: &'static str,
-    help: &'static str,
+    help: String,
     samples: Vec<(String, f64)>,
 }
 
@@ -42,21 +43,11 @@ fn flag(b: bool) -> f64 {
     }
 }
 
-/// Every leg state, in the order the samples list them.
-const LEG_STATES: &[LegState] = &[
-    LegState::InSync,
-    LegState::Failed,
-    LegState::Missing,
-    LegState::Stale,
-    LegState::Resyncing,
-    LegState::Removed,
-];
-
-const MOUNT_STATES: &[MountState] = &[
-    MountState::Online,
-    MountState::Degraded,
-    MountState::Faulted,
-];
+/// `A, B, C`: the names of every state, for a help line.
+fn names<S: Copy + Into<&'static str>>(states: &[S]) -> String {
+    let names: Vec<&str> = states.iter().map(|&s| s.into()).collect();
+    names.join(", ")
+}
 
 /// The end of a scan that is over (start plus elapsed), in Unix seconds.
 fn scan_end(s: &ScanStats) -> Option<u64> {
@@ -65,10 +56,10 @@ fn scan_end(s: &ScanStats) -> Option<u64> {
 
 /// The exposition for `mounts`: each mount's statistics, or the error that kept them away.
 pub fn render(mounts: &[(String, Result<Stats, String>)]) -> String {
-    let fam = |name, kind, help| Family {
+    let fam = |name, kind, help: &str| Family {
         name,
         kind,
-        help,
+        help: help.to_string(),
         samples: Vec::new(),
     };
     let mut up = fam(
@@ -79,12 +70,15 @@ pub fn render(mounts: &[(String, Result<Stats, String>)]) -> String {
     let mut info = fam(
         "mirrorfs_info",
         "gauge",
-        "Always 1; the mount's daemon pid, version and read policy as labels",
+        "Always 1; the mount's daemon pid, version, build and read policy as labels",
     );
     let mut state = fam(
         "mirrorfs_state",
         "gauge",
-        "1 for the mount's state (ONLINE, DEGRADED, FAULTED), 0 for the others",
+        &format!(
+            "1 for the mount's state ({}), 0 for the others",
+            names(MountState::VARIANTS)
+        ),
     );
     let mut legs_total = fam(
         "mirrorfs_legs",
@@ -112,6 +106,21 @@ pub fn render(mounts: &[(String, Result<Stats, String>)]) -> String {
         "gauge",
         "Threads of the mount's daemon",
     );
+    let mut keeper_info = fam(
+        "mirrorfs_keeper_info",
+        "gauge",
+        "Always 1, for a mount a keeper holds (keeper=on); the keeper's pid and why the server was last replaced as labels",
+    );
+    let mut keeper_restarts = fam(
+        "mirrorfs_keeper_restarts_total",
+        "counter",
+        "Servers the keeper replaced (deaths and restarts asked for) since the mount",
+    );
+    let mut keeper_last = fam(
+        "mirrorfs_keeper_last_restart_timestamp_seconds",
+        "gauge",
+        "When the keeper last replaced the server (Unix seconds; 0: never)",
+    );
     let mut leg_disk = fam(
         "mirrorfs_leg_disk_info",
         "gauge",
@@ -120,7 +129,10 @@ pub fn render(mounts: &[(String, Result<Stats, String>)]) -> String {
     let mut leg_state = fam(
         "mirrorfs_leg_state",
         "gauge",
-        "1 for the leg's state (ONLINE, FAULTED, MISSING, STALE, RESYNCING, REMOVED), 0 for the others",
+        &format!(
+            "1 for the leg's state ({}), 0 for the others",
+            names(LegState::VARIANTS)
+        ),
     );
     let mut leg_info = fam(
         "mirrorfs_leg_info",
@@ -271,11 +283,28 @@ pub fn render(mounts: &[(String, Result<Stats, String>)]) -> String {
                 ("mount", m),
                 ("version", &st.mirrorfs_version),
                 ("pid", &st.pid.to_string()),
+                ("build", &st.build),
                 ("read_policy", &st.read_policy),
             ]),
             1.0,
         ));
-        for s in MOUNT_STATES {
+        if let Some(k) = &st.keeper {
+            keeper_info.samples.push((
+                labels(&[
+                    ("mount", m),
+                    ("keeper_pid", &k.keeper_pid.to_string()),
+                    ("last_cause", &k.last_cause),
+                ]),
+                1.0,
+            ));
+            keeper_restarts
+                .samples
+                .push((ml.clone(), k.restarts as f64));
+            keeper_last
+                .samples
+                .push((ml.clone(), k.last_restart_unix_s as f64));
+        }
+        for s in MountState::VARIANTS {
             state.samples.push((
                 labels(&[("mount", m), ("state", s.as_str())]),
                 flag(st.state == *s),
@@ -297,7 +326,7 @@ pub fn render(mounts: &[(String, Result<Stats, String>)]) -> String {
         }
         for l in &st.legs {
             let ll = labels(&[("mount", m), ("leg", &l.name)]);
-            for s in LEG_STATES {
+            for s in LegState::VARIANTS {
                 leg_state.samples.push((
                     labels(&[("mount", m), ("leg", &l.name), ("state", s.as_str())]),
                     flag(l.state == *s),
@@ -438,6 +467,9 @@ pub fn render(mounts: &[(String, Result<Stats, String>)]) -> String {
         daemon_memory,
         daemon_cpu,
         daemon_threads,
+        keeper_info,
+        keeper_restarts,
+        keeper_last,
         leg_state,
         leg_info,
         leg_disk,
@@ -503,5 +535,45 @@ mod tests {
              mirrorfs_up{mount=\"/srv/x\"} 0\n"
         );
         assert_eq!(render(&[]), "");
+    }
+
+    /// The state families list every state, in this order and with these names: alerts and
+    /// dashboards match them.
+    #[test]
+    fn states_are_one_sample_each() {
+        use crate::stats::fixture::{leg, stats};
+        let out = render(&[(
+            "/m".into(),
+            Ok(stats(vec![
+                leg("a", LegState::InSync),
+                leg("b", LegState::Stale),
+            ])),
+        )]);
+        let lines: Vec<&str> = out
+            .lines()
+            .filter(|l| l.contains("mirrorfs_state") || l.contains("mirrorfs_leg_state"))
+            .collect();
+        assert_eq!(
+            lines.join("\n"),
+            "# HELP mirrorfs_state 1 for the mount's state (ONLINE, DEGRADED, FAULTED), 0 for the others\n\
+             # TYPE mirrorfs_state gauge\n\
+             mirrorfs_state{mount=\"/m\",state=\"ONLINE\"} 0\n\
+             mirrorfs_state{mount=\"/m\",state=\"DEGRADED\"} 1\n\
+             mirrorfs_state{mount=\"/m\",state=\"FAULTED\"} 0\n\
+             # HELP mirrorfs_leg_state 1 for the leg's state (ONLINE, FAULTED, MISSING, STALE, RESYNCING, REMOVED), 0 for the others\n\
+             # TYPE mirrorfs_leg_state gauge\n\
+             mirrorfs_leg_state{mount=\"/m\",leg=\"a\",state=\"ONLINE\"} 1\n\
+             mirrorfs_leg_state{mount=\"/m\",leg=\"a\",state=\"FAULTED\"} 0\n\
+             mirrorfs_leg_state{mount=\"/m\",leg=\"a\",state=\"MISSING\"} 0\n\
+             mirrorfs_leg_state{mount=\"/m\",leg=\"a\",state=\"STALE\"} 0\n\
+             mirrorfs_leg_state{mount=\"/m\",leg=\"a\",state=\"RESYNCING\"} 0\n\
+             mirrorfs_leg_state{mount=\"/m\",leg=\"a\",state=\"REMOVED\"} 0\n\
+             mirrorfs_leg_state{mount=\"/m\",leg=\"b\",state=\"ONLINE\"} 0\n\
+             mirrorfs_leg_state{mount=\"/m\",leg=\"b\",state=\"FAULTED\"} 0\n\
+             mirrorfs_leg_state{mount=\"/m\",leg=\"b\",state=\"MISSING\"} 0\n\
+             mirrorfs_leg_state{mount=\"/m\",leg=\"b\",state=\"STALE\"} 1\n\
+             mirrorfs_leg_state{mount=\"/m\",leg=\"b\",state=\"RESYNCING\"} 0\n\
+             mirrorfs_leg_state{mount=\"/m\",leg=\"b\",state=\"REMOVED\"} 0"
+        );
     }
 }

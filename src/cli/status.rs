@@ -80,6 +80,17 @@ pub fn render(st: &Stats) -> String {
         st.pid,
         st.mirrorfs_version
     );
+    if let Some(k) = &st.keeper {
+        let last = match k.restarts {
+            0 => String::new(),
+            _ => format!("; last: {}", k.last_cause),
+        };
+        let _ = writeln!(
+            o,
+            " keeper: pid {}, {} restart(s){last}",
+            k.keeper_pid, k.restarts
+        );
+    }
     if let Some(d) = &st.daemon {
         let _ = writeln!(
             o,

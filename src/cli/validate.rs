@@ -47,7 +47,15 @@ fn is_fs_root(p: &Path) -> bool {
 /// Checks `LEG[:LEG...]` and the mount point. With `degraded`, a leg that does not exist or
 /// cannot be used is recorded as missing instead of refusing (the mirror decides later
 /// whether the others can serve).
-pub fn validate(legs_arg: &str, mountpoint: &Path, degraded: bool) -> Result<Validated, String> {
+///
+/// A successor (`keeper.rs`) takes the mount point as the first server resolved it
+/// (`taken_over`): looking at it would wait for the server that is to answer.
+pub fn validate_with(
+    legs_arg: &str,
+    mountpoint: &Path,
+    degraded: bool,
+    taken_over: bool,
+) -> Result<Validated, String> {
     let specs = parse_list(legs_arg)?;
     let shown: Vec<String> = specs.iter().map(|s| s.path.clone()).collect();
     let mut legs: Vec<PathBuf> = Vec::new();
@@ -83,7 +91,10 @@ pub fn validate(legs_arg: &str, mountpoint: &Path, degraded: bool) -> Result<Val
         }
     }
     let mshown = mountpoint.display().to_string();
-    let m = canonical_dir("mount point", &mshown)?;
+    let m = match taken_over {
+        true => mountpoint.to_path_buf(),
+        false => canonical_dir("mount point", &mshown)?,
+    };
     for (i, leg) in legs.iter().enumerate() {
         if !present(i) {
             continue;
@@ -118,6 +129,10 @@ pub fn validate(legs_arg: &str, mountpoint: &Path, degraded: bool) -> Result<Val
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn validate(legs_arg: &str, mountpoint: &Path, degraded: bool) -> Result<Validated, String> {
+        validate_with(legs_arg, mountpoint, degraded, false)
+    }
 
     #[test]
     fn bad_layouts_are_named() {

@@ -48,6 +48,14 @@ pub struct MountConfig {
     /// How long a queue's reader looks for completions before it sleeps, while reads are
     /// under way (`ring_poll=`, microseconds; io_uring only).
     pub ring_poll: Duration,
+    /// A keeper process holds the session, and starts a successor when the server dies
+    /// (`keeper=`).
+    pub keeper: bool,
+    /// Servers that may die within `keeper_window` before the keeper gives up.
+    pub keeper_retries: usize,
+    pub keeper_window: Duration,
+    /// How long a successor may take to take the session over and serve.
+    pub keeper_start_timeout: Duration,
     /// How long the kernel caches attributes, when given (see [`MountConfig::attr_timeout`]).
     pub attr_timeout: Option<Duration>,
     /// How long the kernel caches names, when given (see [`MountConfig::entry_timeout`]).
@@ -256,6 +264,10 @@ impl Default for MountConfig {
             passthrough: false,
             transport: Transport::Auto,
             ring_poll: DEFAULT_RING_POLL,
+            keeper: false,
+            keeper_retries: 5,
+            keeper_window: Duration::from_secs(60),
+            keeper_start_timeout: Duration::from_secs(30),
             attr_timeout: None,
             entry_timeout: None,
             read_policy: "auto".to_string(),

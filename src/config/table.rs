@@ -304,6 +304,58 @@ pub static OPTIONS: &[OptionSpec] = &[
         show: |c| c.transport.name().into(),
     },
     OptionSpec {
+        name: "keeper",
+        opposite: None,
+        form: "on|off",
+        default: "off",
+        live: false,
+        doc: "a keeper process holds the mount's FUSE session, so that the mount outlives the process serving it: a server that dies is followed by a successor that takes the session over, and programs see a pause, not an error (/dev/fuse only; see Keeper)",
+        apply: |c, g| {
+            c.keeper = value::switch(text(g)?)?;
+            Ok(())
+        },
+        show: |c| if c.keeper { "on" } else { "off" }.into(),
+    },
+    OptionSpec {
+        name: "keeper_retries",
+        opposite: None,
+        form: "N",
+        default: "5",
+        live: false,
+        doc: "when this many servers died within `keeper_window`, the keeper starts no more: it gives the mount up, aborting the connection (programs get an error instead of waiting) and detaching the mount",
+        apply: |c, g| {
+            c.keeper_retries = value::count(text(g)?, 1, 1000)? as usize;
+            Ok(())
+        },
+        show: |c| c.keeper_retries.to_string(),
+    },
+    OptionSpec {
+        name: "keeper_window",
+        opposite: None,
+        form: "S",
+        default: "60",
+        live: false,
+        doc: "seconds over which `keeper_retries` counts the servers that died",
+        apply: |c, g| {
+            c.keeper_window = value::seconds(text(g)?)?;
+            Ok(())
+        },
+        show: |c| secs(c.keeper_window),
+    },
+    OptionSpec {
+        name: "keeper_start_timeout",
+        opposite: None,
+        form: "S",
+        default: "30",
+        live: false,
+        doc: "seconds a successor has to take the session over and serve; one that has not is killed, and counts as a server that died; `keeper_retries` successors in a row that never served end the mount however long they took (0: no limit)",
+        apply: |c, g| {
+            c.keeper_start_timeout = value::seconds(text(g)?)?;
+            Ok(())
+        },
+        show: |c| secs(c.keeper_start_timeout),
+    },
+    OptionSpec {
         name: "ring_poll",
         opposite: None,
         form: "N",
@@ -652,6 +704,12 @@ pub static KEYS: &[KeySpec] = &[
         doc: "writing any value fires a `test` event (what `mirrorfs notify-test` does): the notify program, the events directory's programs, mail",
     },
     KeySpec {
+        name: "restart",
+        access: Access::WriteOnly,
+        scope: Scope::Mount,
+        doc: "writing hands the session to a new server (what `mirrorfs restart` does): empty for the same program, or the absolute path of another build (`--binary`); needs `keeper=on` and /dev/fuse (Keeper)",
+    },
+    KeySpec {
         name: "notify_last",
         access: Access::Read,
         scope: Scope::Mount,
@@ -667,7 +725,7 @@ pub static KEYS: &[KeySpec] = &[
         name: "fault",
         access: Access::ReadWrite,
         scope: Scope::Mount,
-        doc: "only with `-o fault_injection` (tests): a fault rule `leg=N|NAME op=read|write|...|* errno=EIO|EROFS|ENOSPC|N [times=N]`, or `clear`; reading lists the rules. `transport=panic|error` makes the serving thread that takes the next request panic or fail (the daemon then ends as a crash would: connection aborted, mount detached, exit 1)",
+        doc: "only with `-o fault_injection` (tests): a fault rule `leg=N|NAME op=read|write|...|* errno=EIO|EROFS|ENOSPC|N [times=N]`, or `clear`; reading lists the rules. `transport=panic|error` makes the serving thread that takes the next request panic or fail (the daemon then ends as a crash would: connection aborted, mount detached, exit 1); `transport=die-unanswered` makes the daemon die (SIGKILL) after it did the next request that changes a name, before it answers (for `keeper=on`: the successor gets it again)",
     },
     KeySpec {
         name: "relpath",

@@ -62,6 +62,9 @@ pub fn may_control(caller_uid: u32, daemon_uid: u32, cap_sys_admin: impl FnOnce(
 pub enum TransportFault {
     Panic = 1,
     Error = 2,
+    /// The next request that changes a name is done, and the process dies (SIGKILL) before
+    /// it answers: the kernel sends it again to a successor (`keeper=on`).
+    DieUnanswered = 3,
 }
 
 impl TransportFault {
@@ -69,6 +72,7 @@ impl TransportFault {
         match v {
             "panic" => Some(TransportFault::Panic),
             "error" => Some(TransportFault::Error),
+            "die-unanswered" => Some(TransportFault::DieUnanswered),
             _ => None,
         }
     }
@@ -78,14 +82,27 @@ impl MirrorFs {
     /// The injected transport fault, if one is set, cleared as it is taken (one relaxed load
     /// per request when none is).
     pub fn take_transport_fault(&self) -> Option<TransportFault> {
-        if self.transport_fault.load(Ordering::Relaxed) == 0 {
-            return None;
-        }
-        match self.transport_fault.swap(0, Ordering::Relaxed) {
-            1 => Some(TransportFault::Panic),
-            2 => Some(TransportFault::Error),
-            _ => None,
-        }
+        self.take_transport_fault_if(|_| true)
+    }
+
+    /// As [`take_transport_fault`](Self::take_transport_fault), for a fault `wanted` takes:
+    /// another is left set.
+    pub fn take_transport_fault_if(
+        &self,
+        wanted: impl Fn(TransportFault) -> bool,
+    ) -> Option<TransportFault> {
+        let f = match self.transport_fault.load(Ordering::Relaxed) {
+            1 => TransportFault::Panic,
+            2 => TransportFault::Error,
+            3 => TransportFault::DieUnanswered,
+            _ => return None,
+        };
+        let took = wanted(f)
+            && self
+                .transport_fault
+                .compare_exchange(f as u8, 0, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok();
+        took.then_some(f)
     }
 }
 
@@ -273,6 +290,14 @@ impl MirrorFs {
                 self.reset_stats();
                 Ok(())
             }
+            Key::Mount(k) if k.name == "restart" => match self.restart.lock().as_ref() {
+                Some(hook) => hook(value).map_err(|(errno, why)| Refusal::new(errno, why)),
+                None => refuse(
+                    Errno::ENOTSUP,
+                    "no keeper holds this mount's session: mount with -o keeper=on to restart \
+                     it in place",
+                ),
+            },
             Key::Mount(k) if k.name == "notify_test" => {
                 self.events.test_requests.fetch_add(1, Ordering::Relaxed);
                 Ok(())
@@ -285,7 +310,10 @@ impl MirrorFs {
                 }
                 if let Some(kind) = v.strip_prefix("transport=") {
                     let f = TransportFault::parse(kind).ok_or_else(|| {
-                        Refusal::new(Errno::EINVAL, "not a transport fault: panic or error")
+                        Refusal::new(
+                            Errno::EINVAL,
+                            "not a transport fault: panic, error or die-unanswered",
+                        )
                     })?;
                     log::warn!("fault injection: the transport's next request: {f:?}");
                     self.transport_fault.store(f as u8, Ordering::Relaxed);
@@ -641,6 +669,8 @@ impl MirrorFs {
         Stats {
             version: STATS_VERSION,
             mirrorfs_version: env!("CARGO_PKG_VERSION").into(),
+            exe: own_program().0.clone(),
+            build: own_program().1.clone(),
             mount: self.config.mount.display().to_string(),
             pid: std::process::id(),
             state: self.mount_state(),
@@ -674,6 +704,7 @@ impl MirrorFs {
                 known_identities: Some(self.inodes.known_count() as u64),
             }),
             readahead: Some(self.readahead_stats()),
+            keeper: self.keeper.lock().clone(),
             transport: self.transport.lock().clone().map(|mut t| {
                 t.requests = self.requests.load(Ordering::Relaxed);
                 t.ring_reads = self.ring_reads.load(Ordering::Relaxed);
@@ -736,6 +767,21 @@ impl MirrorFs {
             _ => Err(Errno::ENODATA),
         }
     }
+}
+
+/// This process's program (`/proc/self/exe`) and its build: the CRC-32C of its bytes, so that
+/// two builds of one version tell apart (`mirrorfs restart --binary`). Read once.
+fn own_program() -> &'static (String, String) {
+    static OWN: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
+    OWN.get_or_init(|| {
+        let exe = std::fs::read_link("/proc/self/exe")
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        let build = std::fs::read("/proc/self/exe")
+            .map(|b| format!("{:08x}", crc32c::crc32c(&b)))
+            .unwrap_or_default();
+        (exe, build)
+    })
 }
 
 #[cfg(test)]

@@ -1299,6 +1299,24 @@ mod tests {
         assert_eq!(c.ino, a.ino);
     }
 
+    /// State the table should hold and does not (no object on a leg, and none to look for;
+    /// no handle to reopen a closed descriptor by) is a fault of mirrorfs, not of the leg: a
+    /// fan-out that met EIO here took it for a failing disk and dropped a healthy leg.
+    #[test]
+    fn missing_state_is_an_internal_fault_not_a_leg_error() {
+        let t = InodeTable::new(vec![None, None], &[id(0, 2), id(1, 2)], 64);
+        let i = t.claim(&[id(0, 10)], vec![None, None], libc::S_IFREG, 0);
+        assert!(!i.lazy_on(1));
+        assert_eq!(i.fd(1).err(), Some(Errno::INTERNAL), "never found on leg 1");
+        assert_eq!(i.found_fd(1).err(), Some(Errno::INTERNAL));
+        assert_eq!(
+            i.fd(0).err(),
+            Some(Errno::INTERNAL),
+            "no descriptor, no handle"
+        );
+        assert!(!crate::mirror::outcome::is_leg_fault(Errno::INTERNAL));
+    }
+
     #[test]
     fn listing_numbers_match_later_lookups() {
         let t = InodeTable::new(vec![None], &[], 64);

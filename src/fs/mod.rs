@@ -37,7 +37,7 @@ use crate::sys;
 use fuser::FileAttr;
 use handle::HandleTable;
 use inode::{Identity, Inode, InodeTable, CONTROL_INO, ROOT_INO};
-use std::ffi::{CString, OsStr};
+use std::ffi::{CStr, CString, OsStr};
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
@@ -156,6 +156,11 @@ pub fn default_reserve(total: u64) -> u64 {
     (4u64 << 30).min(total / 20)
 }
 
+/// What `user.mirrorfs.restart` calls ([`MirrorFs::set_restart_hook`]): the refusal's errno
+/// and why, when the restart cannot be done.
+pub type RestartHook =
+    Box<dyn Fn(&[u8]) -> std::result::Result<(), (crate::errno::Errno, String)> + Send + Sync>;
+
 /// The mirrored filesystem.
 pub struct MirrorFs {
     mirror: Arc<Mirror>,
@@ -181,6 +186,13 @@ pub struct MirrorFs {
     transport: parking_lot::Mutex<Option<crate::stats::TransportStats>>,
     /// Requests the FUSE layer answered ([`MirrorFs::count_request`]).
     requests: std::sync::atomic::AtomicU64,
+    /// The keeper of the session, when there is one (the stats' `keeper`).
+    keeper: parking_lot::Mutex<Option<crate::stats::KeeperStats>>,
+    /// Who hands the session to a successor when `user.mirrorfs.restart` is written (set by
+    /// the daemon when a keeper holds the session).
+    restart: parking_lot::Mutex<Option<RestartHook>>,
+    /// Closed when this server hands its session over ([`takeover::Gate`]).
+    gate: takeover::Gate,
     /// Reads whose leg reads their caller ran ([`MirrorFs::read_start`]), and those of them
     /// that [`MirrorFs::read_end`] sent back to [`MirrorFs::read`].
     pub(crate) ring_reads: std::sync::atomic::AtomicU64,
@@ -267,6 +279,9 @@ impl MirrorFs {
             events: control::EventBus::default(),
             transport: Default::default(),
             requests: Default::default(),
+            keeper: Default::default(),
+            restart: Default::default(),
+            gate: Default::default(),
             ring_reads: Default::default(),
             ring_reads_redone: Default::default(),
             transport_fault: Default::default(),
@@ -276,6 +291,31 @@ impl MirrorFs {
     /// Says how requests reach the daemon (the FUSE layer, once the session is set up).
     pub fn set_transport(&self, t: crate::stats::TransportStats) {
         *self.transport.lock() = Some(t);
+    }
+
+    /// Who hands the session to a successor (`user.mirrorfs.restart`): given the key's value
+    /// (a program, or nothing for this one), it answers at once and hands over afterwards.
+    pub fn set_restart_hook(&self, hook: RestartHook) {
+        *self.restart.lock() = Some(hook);
+    }
+
+    /// The gate every request passes ([`takeover::Gate`]).
+    pub fn gate(&self) -> &takeover::Gate {
+        &self.gate
+    }
+
+    /// A keeper (process `pid`) holds the session; it was taken over `restarts` times, the
+    /// last because of `cause` (the stats' `keeper`).
+    pub fn set_keeper(&self, pid: u32, restarts: u64, cause: &str) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        *self.keeper.lock() = Some(crate::stats::KeeperStats {
+            keeper_pid: pid,
+            restarts,
+            last_cause: cause.to_string(),
+            last_restart_unix_s: if restarts > 0 { now } else { 0 },
+        });
     }
 
     /// The FUSE layer answered a request (the stats' `transport.requests`).
@@ -374,31 +414,69 @@ impl MirrorFs {
     }
 
     /// Records durably that `inode` is about to change (write-intent and away logs; see
-    /// [`crate::meta::changes`]). Call before the change reaches any leg.
+    /// [`crate::meta::changes`]). Call before the change reaches any leg. An object whose name
+    /// it was found by is gone while others keep it (a hard-linked file written through a
+    /// descriptor opened by the removed name) is recorded by identity.
     fn will_change(&self, inode: &InodeRef) {
         self.mirror.will_change(inode.ino, || {
-            let p = self.leg_relpath(inode);
-            if p.is_none() && self.has_other_names(inode) {
-                // Not yet recorded by identity: the name it was reached by is gone, and which
-                // of its others stands is not known here.
-                log::warn!(
-                    "inode {}: changed through a name removed while another link stands; it is \
-                     not in the write-intent log, so after a crash now only a scrub compares \
-                     its copies",
-                    inode.ino
-                );
-            }
-            p
+            self.leg_relpath(inode).or_else(|| match inode.is_dir() {
+                true => None,
+                false => self.identity_record(1, |leg| inode.found_fd(leg)),
+            })
         });
     }
 
-    /// Whether `inode` still has names on the metadata leg (a link count above 0).
-    fn has_other_names(&self, inode: &InodeRef) -> bool {
-        let leg = self.mirror.metadata_leg();
-        inode
-            .fd(leg)
-            .and_then(|fd| sys::fd::fstat(fd.as_fd()))
-            .is_ok_and(|st| st.st_nlink > 0)
+    /// Before the name `name` in `dir` goes (an unlink on `legs`): what is dirty under that
+    /// name and keeps other names is recorded by identity, since a record of the name would
+    /// stand for nothing after a crash ([`crate::meta::changes`], identity records).
+    fn unlinking(&self, dir: &InodeRef, name: &CStr) {
+        let inos = self.mirror.changes().dirty_at(dir.ino, name.to_bytes());
+        if inos.is_empty() {
+            return;
+        }
+        let Some(record) = self.identity_record(2, |leg| {
+            sys::fd::open_path_at(dir.fd(leg)?.as_fd(), name).map(Arc::new)
+        }) else {
+            return;
+        };
+        self.mirror.record_identity(&inos, record);
+    }
+
+    /// The identity record of the object `fd_of` gives on each in-sync leg (its inode number
+    /// there, by leg id), if it has at least `links` names on the metadata leg: None when it
+    /// has fewer (deleted: nothing to record) or cannot be looked at there.
+    fn identity_record(
+        &self,
+        links: libc::nlink_t,
+        fd_of: impl Fn(LegIdx) -> Result<Arc<std::os::fd::OwnedFd>>,
+    ) -> Option<Vec<u8>> {
+        let meta = self.mirror.metadata_leg();
+        let mut ids = Vec::new();
+        for leg in self.mirror.in_sync_legs() {
+            let st = fd_of(leg).and_then(|fd| sys::fd::fstat(fd.as_fd()));
+            let st = match st {
+                Ok(st) => st,
+                Err(_) if leg != meta => continue,
+                Err(e) => {
+                    log::warn!("cannot look at a changed object on the metadata leg: {e}");
+                    return None;
+                }
+            };
+            if leg == meta && st.st_nlink < links {
+                return None;
+            }
+            if let Some(id) = self.mirror.leg_id(leg) {
+                ids.push((id, st.st_ino));
+            }
+        }
+        if ids.is_empty() {
+            log::warn!(
+                "a hard-linked file changed through a name that is gone cannot be recorded by \
+                 identity (no leg id): after a crash now only a scrub compares its copies"
+            );
+            return None;
+        }
+        Some(crate::meta::changes::identity_record(&ids))
     }
 
     /// As [`will_change`](Self::will_change) for a directory about to get a new entry: see

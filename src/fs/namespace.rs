@@ -226,6 +226,9 @@ impl MirrorFs {
             true => (None, None),
             false => self.removal_of(&p, &cname, &legs),
         };
+        if !dir_entry {
+            self.unlinking(&p, &cname);
+        }
         let _change = self.names.begin();
         self.mirror
             .fan_out(&legs, what, |leg| {

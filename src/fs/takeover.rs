@@ -16,6 +16,10 @@
 //! but recorded again by the successor (the kernel resends what was read and not answered)
 //! errs the same way.
 
+/// The format of the session log and of the keeper's messages (`cli/keeper.rs`): a successor
+/// must speak the same (`mirrorfs restart --binary` probes it). Bump it when either changes.
+pub const FORMAT: u32 = 1;
+
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::io::{Read, Seek, Write};
@@ -310,9 +314,81 @@ impl Journal {
     }
 }
 
+/// The gate every request passes on its way to the core, closed when a server hands its
+/// session to a successor on purpose (`mirrorfs restart`): requests under way finish and are
+/// answered; a request read after the gate closed is left unanswered, and the kernel sends it
+/// again to the successor (`FUSE_NOTIFY_RESEND`). So no request is cut off halfway, as a
+/// crash may cut one.
+#[derive(Default)]
+pub struct Gate {
+    closed: std::sync::atomic::AtomicBool,
+    inside: std::sync::atomic::AtomicUsize,
+}
+
+impl Gate {
+    /// A request passes in (true), or the gate is closed (false: leave it unanswered).
+    pub fn enter(&self) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
+        // Counted first, then the gate looked at: `drain` cannot miss a request that passed.
+        self.inside.fetch_add(1, SeqCst);
+        if self.closed.load(SeqCst) {
+            self.inside.fetch_sub(1, SeqCst);
+            return false;
+        }
+        true
+    }
+
+    /// A request that passed was answered.
+    pub fn leave(&self) {
+        self.inside
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Closes the gate and waits until every request that passed has left, for `limit` at
+    /// most; whether they all did.
+    pub fn drain(&self, limit: std::time::Duration) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.closed.store(true, SeqCst);
+        let start = std::time::Instant::now();
+        while self.inside.load(SeqCst) > 0 {
+            if start.elapsed() > limit {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        true
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_closed_gate_lets_nothing_in_and_drain_waits_for_who_is_inside() {
+        let g = std::sync::Arc::new(Gate::default());
+        assert!(g.enter());
+        let g2 = g.clone();
+        let t = std::thread::spawn(move || g2.drain(std::time::Duration::from_secs(10)));
+        while !g.is_closed() {
+            std::thread::yield_now();
+        }
+        assert!(!g.enter(), "a closed gate let a request in");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(
+            !t.is_finished(),
+            "drain returned while a request was inside"
+        );
+        g.leave();
+        assert!(t.join().unwrap());
+        let stuck = Gate::default();
+        assert!(stuck.enter());
+        assert!(!stuck.drain(std::time::Duration::from_millis(10)));
+    }
 
     fn leg(dev: u64, ino: u64) -> Option<LegNode> {
         Some(LegNode {

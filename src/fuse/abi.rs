@@ -86,6 +86,9 @@ pub const GETATTR_FH: u32 = 1 << 0;
 pub const WRITE_KILL_SUIDGID: u32 = 1 << 2;
 /// `FUSE_FSYNC_FDATASYNC`.
 pub const FSYNC_FDATASYNC: u32 = 1 << 0;
+/// `FUSE_UNIQUE_RESEND`: set in a request's `unique` when the kernel sends it again
+/// (`FUSE_NOTIFY_RESEND`, ABI 7.40).
+pub const UNIQUE_RESEND: u64 = 1 << 63;
 /// `FUSE_OVER_IO_URING` (INIT flag, in `flags2`; ABI 7.42).
 pub const OVER_IO_URING: u64 = 1 << 41;
 

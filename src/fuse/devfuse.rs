@@ -23,6 +23,7 @@ pub fn answer_message(fuse: &MirrorFuse, msg: &[u8], dev: &File) {
         return;
     };
     let a = super::answer_guarded(fuse, &h, head, payload);
+    fuse.injected_death(h.opcode);
     if matches!(a, Answer::Nothing) {
         return;
     }
@@ -49,7 +50,16 @@ pub fn serve_one(fuse: &MirrorFuse, dev: File) -> std::io::Result<()> {
             Ok(0) => return Ok(()),
             Ok(n) => {
                 fuse.injected_fault(false)?;
-                answer_message(fuse, &buf[..n], &dev)
+                let gate = fuse.gate();
+                if !gate.enter() {
+                    // The session is being handed over: the successor gets this request
+                    // again; this thread waits for the process to end.
+                    loop {
+                        std::thread::park();
+                    }
+                }
+                answer_message(fuse, &buf[..n], &dev);
+                gate.leave();
             }
             Err(e) => match e.raw_os_error() {
                 // Interrupted before it was read, a signal, or nothing yet.

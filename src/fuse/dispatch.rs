@@ -18,8 +18,9 @@ use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 
-/// What the INIT exchange settled (`fuser`'s handshake, `session.rs`).
-#[derive(Clone, Debug, Default)]
+/// What the INIT exchange settled (`fuser`'s handshake, `session.rs`); a successor that takes
+/// the session over gets it from the keeper (there is no second INIT).
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct Negotiated {
     /// The kernel took FUSE_PASSTHROUGH (`passthrough=ro`).
     pub passthrough: bool,
@@ -166,11 +167,40 @@ impl MirrorFuse {
         if ring != self.rings.load(std::sync::atomic::Ordering::Relaxed) {
             return Ok(());
         }
-        match self.fs.take_transport_fault() {
-            None => Ok(()),
+        let now = |f| f != crate::fs::TransportFault::DieUnanswered;
+        match self.fs.take_transport_fault_if(now) {
+            None | Some(crate::fs::TransportFault::DieUnanswered) => Ok(()),
             Some(crate::fs::TransportFault::Panic) => panic!("injected transport fault"),
             Some(crate::fs::TransportFault::Error) => {
                 Err(std::io::Error::other("injected transport fault"))
+            }
+        }
+    }
+
+    /// Fault injection (`transport=die-unanswered`): after a request that changes a name is
+    /// done, the process dies before the answer goes out.
+    pub fn injected_death(&self, opcode: u32) {
+        use abi::op as o;
+        let names = [
+            o::MKDIR,
+            o::MKNOD,
+            o::SYMLINK,
+            o::LINK,
+            o::CREATE,
+            o::UNLINK,
+            o::RMDIR,
+            o::RENAME,
+            o::RENAME2,
+        ];
+        if !names.contains(&opcode) {
+            return;
+        }
+        let die = |f| f == crate::fs::TransportFault::DieUnanswered;
+        if self.fs.take_transport_fault_if(die).is_some() {
+            log::error!("fault injection: opcode {opcode} done; dying before the answer");
+            crate::sys::signal(std::process::id() as i32, libc::SIGKILL);
+            loop {
+                std::thread::park();
             }
         }
     }
@@ -259,6 +289,11 @@ impl MirrorFuse {
     }
 
     /// A request is answered (counted once, where it is answered; see the stats).
+    /// The gate requests pass (closed while the session is handed over).
+    pub fn gate(&self) -> &crate::fs::takeover::Gate {
+        self.fs.gate()
+    }
+
     pub fn count_request(&self) {
         self.fs.count_request();
     }
@@ -267,6 +302,11 @@ impl MirrorFuse {
     pub fn handle(&self, h: &abi::InHeader, op: Op<'_>) -> Answer {
         if !self.allowed(h, &op) {
             return Answer::Error(libc::EACCES);
+        }
+        if h.unique & abi::UNIQUE_RESEND != 0 {
+            if let Some(a) = self.done_before(h, &op) {
+                return a;
+            }
         }
         let fs = &*self.fs;
         let ino = h.nodeid;
@@ -495,6 +535,95 @@ impl MirrorFuse {
             // - INIT after the handshake.
             Op::Unsupported(_) => Answer::Error(libc::ENOSYS),
         }
+    }
+
+    /// A request the kernel sent again after a takeover (`FUSE_NOTIFY_RESEND`): the server
+    /// that read it may have done it before it died. Reads, writes (at the kernel's offsets),
+    /// setattr, fsync and the like are done again as they are. A name operation whose effect
+    /// is already there is answered as done, since doing it again would fail (EEXIST, ENOENT)
+    /// where the program's call succeeded: the kernel holds the directory locked until the
+    /// answer, so no other program can have made that effect meanwhile. `None`: do it.
+    fn done_before(&self, h: &abi::InHeader, op: &Op<'_>) -> Option<Answer> {
+        let fs = &*self.fs;
+        let ino = h.nodeid;
+        let caller = Caller::new(h.uid, h.gid, h.pid);
+        // Looks a name up; the lookup the kernel would count is given back when the entry is
+        // not answered.
+        let there = |dir: u64, name: &std::ffi::OsStr| fs.lookup(dir, name, &caller).ok();
+        let give_back = |e: &crate::fs::Entry| fs.forget(e.attr.ino.0, 1);
+        let done = match op {
+            Op::Mkdir { name, .. } | Op::Mknod { name, .. } | Op::Symlink { name, .. } => {
+                there(ino, name).map(|e| self.entry(&e))
+            }
+            Op::Link { oldnodeid, name } => match there(ino, name) {
+                Some(e) if e.attr.ino.0 == *oldnodeid => Some(self.entry(&e)),
+                Some(e) => {
+                    give_back(&e);
+                    None
+                }
+                None => None,
+            },
+            Op::Create { name, flags, .. } => {
+                let e = there(ino, name)?;
+                let reopen = flags & !(libc::O_CREAT | libc::O_EXCL);
+                match fs.open(e.attr.ino.0, reopen, &caller) {
+                    Ok(fh) => Some(Answer::of(&abi::CreateOut {
+                        entry: reply::entry(&e.attr, self.cache.entry, self.cache.attr),
+                        open: abi::OpenOut {
+                            fh,
+                            open_flags: self.file_open_flags(*flags),
+                            backing_id: 0,
+                        },
+                    })),
+                    Err(_) => {
+                        give_back(&e);
+                        None
+                    }
+                }
+            }
+            Op::Unlink { name } | Op::Rmdir { name } => match there(ino, name) {
+                Some(e) => {
+                    give_back(&e);
+                    None
+                }
+                None => Some(Answer::ok()),
+            },
+            Op::Rename {
+                name,
+                newdir,
+                newname,
+                flags,
+            } => {
+                if flags & libc::RENAME_EXCHANGE != 0 {
+                    // Done or not, both names are there: doing it again would swap back. The
+                    // program gets an error rather than an undone exchange.
+                    log::error!(
+                        "a RENAME_EXCHANGE sent again after a takeover: answered EIO (whether \
+                         the server before did it cannot be told)"
+                    );
+                    return Some(Answer::Error(libc::EIO));
+                }
+                match (there(ino, name), there(*newdir, newname)) {
+                    (None, Some(to)) => {
+                        give_back(&to);
+                        Some(Answer::ok())
+                    }
+                    (from, to) => {
+                        from.iter().chain(to.iter()).for_each(give_back);
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
+        if done.is_some() {
+            log::info!(
+                "request {} (opcode {}) sent again after a takeover: already done, answered so",
+                h.unique & !abi::UNIQUE_RESEND,
+                h.opcode
+            );
+        }
+        done
     }
 
     fn open(&self, ino: u64, flags: i32, caller: &Caller) -> Answer {

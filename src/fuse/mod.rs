@@ -22,10 +22,9 @@ use crate::fs::kernel::Notify;
 use crate::fs::MirrorFs;
 use crate::stats::TransportStats;
 pub use dispatch::{Access, MirrorFuse, Negotiated};
-use fuser::INodeNo;
 use std::ffi::OsStr;
 use std::fs::File;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -97,10 +96,35 @@ pub(crate) fn answer_guarded(
 
 /// A mounted session whose INIT is answered, not yet served.
 pub struct Mounted {
-    session: fuser::Session<session::Handshake>,
+    /// The mount this process made (`None` for a successor, which took a session over).
+    session: Option<fuser::Session<session::Handshake>>,
+    /// The connection's descriptor.
+    dev: Arc<OwnedFd>,
+    /// /dev/fuse readers' descriptors a successor took over: its readers read them again.
+    readers: Vec<OwnedFd>,
     neg: Negotiated,
     transport: Transport,
     mountpoint: PathBuf,
+}
+
+/// How a serving mount is unmounted from another thread (a signal).
+pub enum Unmounter {
+    Session(fuser::SessionUnmounter),
+    /// A session taken over: `umount` of the mount point.
+    Path(PathBuf),
+}
+
+impl Unmounter {
+    pub fn unmount(&mut self) -> std::io::Result<()> {
+        match self {
+            Unmounter::Session(u) => u.unmount(),
+            Unmounter::Path(p) => {
+                let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes())
+                    .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+                crate::sys::umount(&c, 0)
+            }
+        }
+    }
 }
 
 /// Mounts on `mountpoint` and answers INIT; `transport` says whether to ask for io_uring.
@@ -118,28 +142,94 @@ pub fn mount(
     };
     let session = fuser::Session::new(hs, mountpoint, config)?;
     let neg = out.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let dev = Arc::new(session.as_fd().try_clone_to_owned()?);
     Ok(Mounted {
-        session,
+        session: Some(session),
+        dev,
+        readers: Vec::new(),
         neg,
         transport,
         mountpoint: mountpoint.to_path_buf(),
     })
 }
 
+/// A session another process mounted, taken over (`docs/architecture.md`, "A mount that
+/// outlives its daemon"): `dev` is its connection's descriptor and `readers` the /dev/fuse
+/// readers' descriptors the predecessor used (the keeper held them), `neg` what its INIT
+/// settled.
+pub fn take_over(
+    dev: OwnedFd,
+    readers: Vec<OwnedFd>,
+    neg: Negotiated,
+    transport: Transport,
+    mountpoint: &Path,
+) -> Mounted {
+    Mounted {
+        session: None,
+        dev: Arc::new(dev),
+        readers,
+        neg,
+        transport,
+        mountpoint: mountpoint.to_path_buf(),
+    }
+}
+
+/// `FUSE_NOTIFY_RESEND`: the notification code.
+const NOTIFY_RESEND: i32 = 7;
+/// `FUSE_NOTIFY_INVAL_INODE` and `FUSE_NOTIFY_INVAL_ENTRY`.
+const NOTIFY_INVAL_INODE: i32 = 2;
+const NOTIFY_INVAL_ENTRY: i32 = 3;
+
+/// Writes the notification `code` with `body` on the connection `dev`.
+fn notify_kernel(dev: &OwnedFd, code: i32, body: &[&[u8]]) -> std::io::Result<()> {
+    use std::io::Write;
+    let len: usize = 16 + body.iter().map(|b| b.len()).sum::<usize>();
+    let header = abi::OutHeader {
+        len: len as u32,
+        error: code,
+        unique: 0,
+    };
+    let mut parts: Vec<std::io::IoSlice<'_>> = vec![std::io::IoSlice::new(
+        zerocopy::IntoBytes::as_bytes(&header),
+    )];
+    parts.extend(body.iter().map(|b| std::io::IoSlice::new(b)));
+    let mut f = File::from(dev.try_clone()?);
+    let n = f.write_vectored(&parts)?;
+    match n == len {
+        true => Ok(()),
+        false => Err(std::io::Error::other("a notification was cut short")),
+    }
+}
+
 /// What a serving thread ended with.
 pub(crate) type Ended = (String, std::thread::Result<std::io::Result<()>>);
 
 impl Mounted {
-    pub fn notifier(&self) -> fuser::Notifier {
-        self.session.notifier()
+    /// What tells the kernel of changes behind its back (over /dev/fuse on both transports).
+    pub fn notifier(&self) -> KernelNotifier {
+        KernelNotifier(self.dev.clone())
     }
 
-    pub fn unmount_callable(&mut self) -> fuser::SessionUnmounter {
-        self.session.unmount_callable()
+    pub fn unmount_callable(&mut self) -> Unmounter {
+        match &mut self.session {
+            Some(s) => Unmounter::Session(s.unmount_callable()),
+            None => Unmounter::Path(self.mountpoint.clone()),
+        }
     }
 
     pub fn unmount(&mut self) {
-        let _ = self.session.unmount();
+        let _ = self.unmount_callable().unmount();
+    }
+
+    /// What INIT settled.
+    pub fn negotiated(&self) -> &Negotiated {
+        &self.neg
+    }
+
+    /// Asks the kernel to send again every request a predecessor read and did not answer
+    /// (`FUSE_NOTIFY_RESEND`, Linux 6.9+): they come back marked as resent.
+    pub fn resend(&self) -> std::io::Result<()> {
+        notify_kernel(&self.dev, NOTIFY_RESEND, &[])
     }
 
     /// Whether the kernel took io_uring; with `transport=uring`, an error if it did not.
@@ -161,14 +251,14 @@ impl Mounted {
         access: Access,
         threads: usize,
         ring_poll: std::time::Duration,
-        serving_now: impl FnOnce(),
+        serving_now: impl FnOnce(&[BorrowedFd<'_>]),
     ) -> Result<(), String> {
-        let dev: Arc<OwnedFd> = Arc::new(
-            self.session
-                .as_fd()
-                .try_clone_to_owned()
-                .map_err(|e| format!("cannot duplicate the FUSE descriptor: {e}"))?,
-        );
+        let dev = self.dev.clone();
+        // Readers' descriptors a predecessor used (a successor reads them again), and a copy
+        // of every reader's descriptor for whoever keeps the session (`serving_now`).
+        let mut taken: std::collections::VecDeque<OwnedFd> =
+            std::mem::take(&mut self.readers).into();
+        let mut reader_fds: Vec<OwnedFd> = Vec::new();
         let fuse = Arc::new(MirrorFuse::new(
             fs.clone(),
             cache,
@@ -192,9 +282,17 @@ impl Mounted {
         let mut serving = 0usize;
         let mut readers = 0usize;
         let mut more_readers = |upto: usize| -> Result<(), String> {
-            while readers < upto {
-                let file = devfuse_file(&dev, readers)
-                    .map_err(|e| format!("cannot clone the FUSE descriptor: {e}"))?;
+            while readers < upto || !taken.is_empty() {
+                let file = match taken.pop_front() {
+                    Some(fd) => File::from(fd),
+                    None => devfuse_file(&dev, readers)
+                        .map_err(|e| format!("cannot clone the FUSE descriptor: {e}"))?,
+                };
+                reader_fds.push(
+                    file.as_fd()
+                        .try_clone_to_owned()
+                        .map_err(|e| format!("cannot duplicate the FUSE descriptor: {e}"))?,
+                );
                 let fuse = fuse.clone();
                 spawn(
                     format!("fuse-{readers}"),
@@ -274,7 +372,11 @@ impl Mounted {
             stats.devfuse_threads
         );
         fs.set_transport(stats);
-        serving_now();
+        let devices: Vec<BorrowedFd<'_>> = std::iter::once(dev.as_fd())
+            .chain(reader_fds.iter().map(|f| f.as_fd()))
+            .collect();
+        serving_now(&devices);
+        drop(devices);
         drop(tx);
         for _ in 0..serving {
             let Ok((name, r)) = rx.recv() else { break };
@@ -325,7 +427,7 @@ fn devfuse_file(dev: &Arc<OwnedFd>, i: usize) -> std::io::Result<File> {
 
 /// Aborts the FUSE connection mounted on `mountpoint` (`/sys/fs/fuse/connections/N/abort`),
 /// mounting the fusectl filesystem there first if nobody has (as systemd does at boot).
-fn abort_connection(mountpoint: &Path) {
+pub fn abort_connection(mountpoint: &Path) {
     const CONNECTIONS: &str = "/sys/fs/fuse/connections";
     if !crate::sys::mountinfo::read()
         .iter()
@@ -351,20 +453,27 @@ fn abort_connection(mountpoint: &Path) {
     }
 }
 
-/// [`Notify`] through `fuser`'s notifier (over /dev/fuse on both transports).
-pub struct KernelNotifier(pub fuser::Notifier);
+/// [`Notify`] through notifications written to /dev/fuse (on both transports).
+pub struct KernelNotifier(Arc<OwnedFd>);
 
 impl Notify for KernelNotifier {
     fn inval_inode(&self, ino: u64, data: bool) {
         // Offset -1: the attributes only; 0 with length 0: every cached page as well.
-        let offset = if data { 0 } else { -1 };
-        if let Err(e) = self.0.inval_inode(INodeNo(ino), offset, 0) {
+        let offset: i64 = if data { 0 } else { -1 };
+        let mut body = [0u8; 24];
+        body[..8].copy_from_slice(&ino.to_ne_bytes());
+        body[8..16].copy_from_slice(&offset.to_ne_bytes());
+        if let Err(e) = notify_kernel(&self.0, NOTIFY_INVAL_INODE, &[&body]) {
             log::debug!("kernel notice: node {ino}: {e}");
         }
     }
 
     fn inval_entry(&self, parent: u64, name: &OsStr) {
-        if let Err(e) = self.0.inval_entry(INodeNo(parent), name) {
+        let name = name.as_encoded_bytes();
+        let mut head = [0u8; 16];
+        head[..8].copy_from_slice(&parent.to_ne_bytes());
+        head[8..12].copy_from_slice(&(name.len() as u32).to_ne_bytes());
+        if let Err(e) = notify_kernel(&self.0, NOTIFY_INVAL_ENTRY, &[&head, name, &[0]]) {
             log::debug!("kernel notice: name {name:?} in node {parent}: {e}");
         }
     }

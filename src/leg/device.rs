@@ -14,8 +14,10 @@ use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// Where a leg's rotational flag comes from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Where a leg's rotational flag comes from. Its name (`as_str`, for the stats) is the
+/// variant's, in lower case.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "lowercase")]
 pub enum RotationalSource {
     /// `queue/rotational` of the device under the leg.
     Sysfs,
@@ -27,11 +29,7 @@ pub enum RotationalSource {
 
 impl RotationalSource {
     pub fn as_str(self) -> &'static str {
-        match self {
-            RotationalSource::Sysfs => "sysfs",
-            RotationalSource::Option => "option",
-            RotationalSource::Unknown => "unknown",
-        }
+        self.into()
     }
 }
 
@@ -209,6 +207,14 @@ impl LegDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The stats show these names.
+    #[test]
+    fn rotational_sources_keep_their_names() {
+        assert_eq!(RotationalSource::Sysfs.as_str(), "sysfs");
+        assert_eq!(RotationalSource::Option.as_str(), "option");
+        assert_eq!(RotationalSource::Unknown.as_str(), "unknown");
+    }
 
     #[test]
     fn device_numbers_split_like_the_kernel() {

@@ -39,49 +39,48 @@ pub fn find(what: &std::ffi::OsStr, legs: &[(&str, &Path)]) -> Option<LegIdx> {
         .position(|(_, dir)| *dir == Path::new(what) || canonical.as_deref() == Some(dir))
 }
 
-/// Whether a leg takes part in reads and writes. The statistics and `mirrorfs status` show it
-/// in zpool's words ([`LegState::as_str`]).
+/// Whether a leg takes part in reads and writes. The statistics, the events, Prometheus and
+/// `mirrorfs status` show it in zpool's words: the `strum` name on each variant is its only
+/// spelling, and serde goes through it too.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(into = "&'static str", try_from = "String")]
+#[derive(strum::IntoStaticStr, strum::Display, strum::EnumString, strum::VariantArray)]
 pub enum LegState {
     /// Holds the same data as every other in-sync leg; gets every write, may serve reads.
-    #[serde(rename = "ONLINE")]
+    #[strum(serialize = "ONLINE")]
     InSync,
     /// Dropped after an I/O error or a disagreement; gets nothing until it is resynced.
-    #[serde(rename = "FAULTED")]
+    #[strum(serialize = "FAULTED")]
     Failed,
     /// Not there at mount (`-o degraded`): never touched.
-    #[serde(rename = "MISSING")]
+    #[strum(serialize = "MISSING")]
     Missing,
     /// There at mount but behind the others: never read, never written by the engine,
     /// until a resync brings it up to date.
-    #[serde(rename = "STALE")]
+    #[strum(serialize = "STALE")]
     Stale,
     /// Being brought up to date from an in-sync leg (the resync writes it; nothing else
     /// does, and nothing reads it).
-    #[serde(rename = "RESYNCING")]
+    #[strum(serialize = "RESYNCING")]
     Resyncing,
     /// No longer a member (`mirrorfs leg remove`): kept only so that the stats show it.
-    #[serde(rename = "REMOVED")]
+    #[strum(serialize = "REMOVED")]
     Removed,
-}
-
-impl std::fmt::Display for LegState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
 }
 
 impl LegState {
     /// The word the stats and `mirrorfs status` use (zpool's vocabulary where it has one).
     pub fn as_str(self) -> &'static str {
-        match self {
-            LegState::InSync => "ONLINE",
-            LegState::Failed => "FAULTED",
-            LegState::Missing => "MISSING",
-            LegState::Stale => "STALE",
-            LegState::Resyncing => "RESYNCING",
-            LegState::Removed => "REMOVED",
-        }
+        self.into()
+    }
+}
+
+/// For serde's `try_from`, which reads an owned string: a borrowed one would fail on
+/// documents that are not read straight from bytes.
+impl TryFrom<String> for LegState {
+    type Error = strum::ParseError;
+    fn try_from(s: String) -> std::result::Result<LegState, strum::ParseError> {
+        s.parse()
     }
 }
 

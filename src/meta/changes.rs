@@ -49,9 +49,18 @@
 //! stays behind is covered by its new directory's cover, which the rename wrote. The old paths'
 //! records go at the next rewrite of the log.
 //!
+//! **Identity records** (`/i<leg id>=<inode>,...`, [`identity_record`]): a file with several
+//! names that is dirty under one of them, or changed through an open descriptor after that
+//! name went, is recorded by what it is on each leg, its inode number there, not by a path:
+//! once its name is gone, a record of that name would stand for nothing after a crash, while
+//! the file lives on under its other names. Before a name goes while others keep the object,
+//! what is dirty under it is recorded again by identity ([`ChangeLog::dirty_at`],
+//! [`ChangeLog::record_identity`]). After a crash such a record stands for every name the object
+//! has on the first in-sync leg it names ([`find_identity`]: one walk of that leg's tree).
+//!
 //! Records are NUL-terminated paths (paths may hold newlines), relative to the leg root,
 //! without a leading `/`; the root itself is `.`. A record starting with `/` is not a path: a
-//! cover (`/c`), or the away logs' [`WHOLE_TREE`].
+//! cover (`/c`, `/s`), an identity (`/i`), or the away logs' [`WHOLE_TREE`].
 
 use super::META_DIR;
 use parking_lot::Mutex;
@@ -101,6 +110,72 @@ pub fn parse_cover(record: &[u8]) -> Option<CoverRecord<'_>> {
     let t = std::str::from_utf8(&rest[..slash]).ok()?.parse().ok()?;
     let dir = &rest[slash + 1..];
     (!dir.is_empty()).then_some(CoverRecord { t, dir, subtree })
+}
+
+/// The identity record of an object that is `ino` on the leg whose member id is `id`, for
+/// each `(id, ino)` of `ids` (see the module's notes): `/i<id>=<ino>,<id>=<ino>...`.
+pub fn identity_record(ids: &[(String, u64)]) -> Vec<u8> {
+    let pairs: Vec<String> = ids.iter().map(|(id, ino)| format!("{id}={ino}")).collect();
+    format!("/i{}", pairs.join(",")).into_bytes()
+}
+
+/// An identity record, read back: the leg ids and the object's inode number on each; `None`
+/// if `record` is not one.
+pub fn parse_identity(record: &[u8]) -> Option<Vec<(&str, u64)>> {
+    let rest = std::str::from_utf8(record.strip_prefix(b"/i")?).ok()?;
+    let ids: Option<Vec<(&str, u64)>> = rest
+        .split(',')
+        .map(|p| {
+            let (id, ino) = p.split_once('=')?;
+            Some((id, ino.parse().ok()?))
+        })
+        .collect();
+    ids.filter(|v| !v.is_empty() && v.iter().all(|(id, _)| !id.is_empty()))
+}
+
+/// Every name, relative to the leg root, of the object that is `ino` on the leg whose root is
+/// `root` (directories are never it: they have one name, and a record of their own): the
+/// names an [`identity_record`] stands for after a crash. One walk of the leg's tree, one
+/// component at a time without following symlinks; `skip` names entries never synced (the
+/// mirror's own directory at the root). A directory that cannot be read is left out.
+pub fn find_identity(
+    root: std::os::fd::BorrowedFd<'_>,
+    ino: u64,
+    skip: &dyn Fn(&[u8], &[u8]) -> bool,
+) -> Vec<Vec<u8>> {
+    use std::os::unix::ffi::OsStringExt;
+    let mut out = Vec::new();
+    let mut todo: Vec<Vec<u8>> = vec![b".".to_vec()];
+    while let Some(dir) = todo.pop() {
+        let rel: &[u8] = if dir == b"." { b"" } else { &dir };
+        let Ok(fd) = crate::sys::fd::open_beneath(root, rel) else {
+            continue;
+        };
+        let Ok(entries) = crate::sys::dir::read_dir(std::os::fd::AsFd::as_fd(&fd)) else {
+            continue;
+        };
+        for e in entries {
+            let name = e.name.into_vec();
+            if skip(&dir, &name) {
+                continue;
+            }
+            let child = child_path(&dir, &name);
+            let is_dir = match e.d_type {
+                libc::DT_DIR => true,
+                libc::DT_UNKNOWN => crate::sys::fd::open_beneath(root, &child)
+                    .and_then(|c| crate::sys::fd::fstat(std::os::fd::AsFd::as_fd(&c)))
+                    .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR),
+                _ => false,
+            };
+            if is_dir {
+                todo.push(child);
+            } else if e.ino == ino {
+                out.push(child);
+            }
+        }
+    }
+    out.sort();
+    out
 }
 
 /// The write-intent log's file name in `.mirrorfs/`.
@@ -941,6 +1016,56 @@ impl ChangeLog {
         failed
     }
 
+    /// The dirty objects known by the name `name` in the directory `dir` (by inode; the
+    /// directory's cover, which [`will_change_dir`](Self::will_change_dir) wrote before the name
+    /// goes, gives its path): what [`record_identity`](Self::record_identity) must record again
+    /// when that name goes while other names keep the object.
+    pub fn dirty_at(&self, dir: u64, name: &[u8]) -> Vec<u64> {
+        let inner = self.inner.lock();
+        let Some(cover) = inner.covers.get(&dir) else {
+            return Vec::new();
+        };
+        let path = child_path(&cover.dir, name);
+        inner.by_path.get(&path).cloned().unwrap_or_default()
+    }
+
+    /// The dirty objects `inos` are recorded by identity from now on (`record`, an
+    /// [`identity_record`]), durably on `legs` before this returns: the name their records
+    /// give is about to go while other names keep them, and a record of it would stand for
+    /// nothing after a crash. Returns the legs whose intent log could not be written.
+    pub fn record_identity(
+        &self,
+        inos: &[u64],
+        record: Vec<u8>,
+        legs: &[usize],
+    ) -> Vec<(usize, std::io::Error)> {
+        let mut inner = self.inner.lock();
+        let dirty: Vec<(u64, Instant)> = inos
+            .iter()
+            .filter_map(|i| inner.dirty.get(i).map(|d| (*i, d.last_change)))
+            .collect();
+        if dirty.is_empty() {
+            return Vec::new();
+        }
+        // Held across the flush, as in `will_change`.
+        let failed = match self.intent {
+            true => self.record(legs, &record),
+            false => Vec::new(),
+        };
+        for a in inner.away.iter_mut() {
+            a.note(&record);
+        }
+        for (ino, last_change) in dirty {
+            let d = Dirty {
+                path: record.clone(),
+                last_change,
+                covered_by: None,
+            };
+            inner.insert_dirty(ino, d);
+        }
+        failed
+    }
+
     /// Writes the away logs' pending paths to every leg in `legs` and flushes them.
     pub fn flush_away(&self, legs: &[usize]) {
         let mut inner = self.inner.lock();
@@ -1233,6 +1358,72 @@ mod tests {
             })
             .collect();
         (d, v)
+    }
+
+    #[test]
+    fn a_name_that_goes_while_others_keep_the_object_is_recorded_by_identity() {
+        let (_d, roots) = legs(2);
+        let log = ChangeLog::new(roots.clone(), true);
+        // The directory d (inode 5) is covered before its entry goes; f (9) is dirty at d/f.
+        assert!(log
+            .will_change(9, &[0, 1], || Some(b"d/f".to_vec()))
+            .is_empty());
+        assert!(log
+            .will_change_dir(5, &[0, 1], || Some(b"d".to_vec()))
+            .is_empty());
+        assert_eq!(log.dirty_at(5, b"f"), vec![9]);
+        assert!(log.dirty_at(5, b"g").is_empty());
+        assert!(log.dirty_at(6, b"f").is_empty(), "no cover, no path");
+        let rec = identity_record(&[("aa01".into(), 11), ("bb02".into(), 22)]);
+        assert_eq!(rec, b"/iaa01=11,bb02=22");
+        assert_eq!(parse_identity(&rec), Some(vec![("aa01", 11), ("bb02", 22)]));
+        assert!(log.record_identity(&[9], rec.clone(), &[0, 1]).is_empty());
+        for r in &roots {
+            let got = read_log(&log_path(r, INTENT_LOG)).unwrap();
+            assert!(got.contains(&rec), "{got:?}");
+        }
+        assert!(log.is_dirty(9));
+        assert!(!log.is_dirty_path(b"d/f"), "known by identity now");
+        // The identity record is the object's own from now on: a rewrite keeps it.
+        log.rewrite_intent(&[0, 1]);
+        for r in &roots {
+            let got = read_log(&log_path(r, INTENT_LOG)).unwrap();
+            assert!(got.contains(&rec), "{got:?}");
+            assert!(!got.contains(&b"d/f".to_vec()), "{got:?}");
+        }
+        // A clean object is not recorded again.
+        assert!(log
+            .record_identity(&[77], b"/ix=1".to_vec(), &[0, 1])
+            .is_empty());
+        assert!(!log.is_dirty(77));
+    }
+
+    #[test]
+    fn an_identity_record_stands_for_every_name_of_its_object() {
+        use std::os::fd::AsFd;
+        use std::os::unix::fs::MetadataExt;
+        let (_d, roots) = legs(1);
+        let r = &roots[0];
+        for d in ["a", "b/c", "e"] {
+            std::fs::create_dir_all(r.join(d)).unwrap();
+        }
+        std::fs::write(r.join("a/x (deleted)"), b"x").unwrap();
+        std::fs::hard_link(r.join("a/x (deleted)"), r.join("b/c/y")).unwrap();
+        std::fs::hard_link(r.join("a/x (deleted)"), r.join(META_DIR).join("h")).unwrap();
+        std::fs::write(r.join("e/z"), b"z").unwrap();
+        let ino = std::fs::metadata(r.join("b/c/y")).unwrap().ino();
+        let root = crate::sys::fd::open_root(r).unwrap();
+        let skip = |dir: &[u8], name: &[u8]| dir == b"." && name == META_DIR.as_bytes();
+        assert_eq!(
+            find_identity(root.as_fd(), ino, &skip),
+            vec![b"a/x (deleted)".to_vec(), b"b/c/y".to_vec()]
+        );
+        let gone = std::fs::metadata(r.join("e/z")).unwrap().ino();
+        std::fs::remove_file(r.join("e/z")).unwrap();
+        assert!(find_identity(root.as_fd(), gone, &skip).is_empty());
+        for not in [&b"/c12/d"[..], b"/i", b"/iaa", b"/iaa=x", b"/i=5", b"d/f"] {
+            assert_eq!(parse_identity(not), None, "{not:?}");
+        }
     }
 
     #[test]

@@ -337,6 +337,35 @@ mod tests {
         assert!(r.is_err());
     }
 
+    /// The case, through the fan-out: a slow truncate (a setattr) on leg 1, then a
+    /// run of fast writes there. The truncate's part must still go to leg 1's worker: while
+    /// the two kinds shared a hashed slot, the writes made it look cheap and it ran inline,
+    /// after leg 0's part instead of beside it.
+    #[test]
+    fn a_run_of_fast_writes_never_sends_a_slow_truncate_inline() {
+        let w = LegWorkers::new(2, 1).unwrap();
+        let c = OpCosts::new(2);
+        let here = std::thread::current().id();
+        let inline = |kind| {
+            let out = w.run_costed(&c, kind, &[0, 1], |_| std::thread::current().id() == here);
+            out[1].1
+        };
+        c.record(1, Op::Setattr, 20_000);
+        for _ in 0..100 {
+            c.record(1, Op::Write, 5);
+        }
+        assert!(inline(Op::Write), "fast writes run inline");
+        assert!(!inline(Op::Setattr), "the slow truncate keeps its worker");
+        // The same for the other kinds a hash of their names once put together.
+        for (fast, slow) in [(Op::Open, Op::Link), (Op::Create, Op::CopyFileRange)] {
+            c.record(1, slow, 20_000);
+            for _ in 0..100 {
+                c.record(1, fast, 5);
+            }
+            assert!(!c.cheap(&[0, 1], slow), "{slow:?} after a run of {fast:?}");
+        }
+    }
+
     #[test]
     fn borrowed_data_is_safe_and_panics_propagate() {
         let w = LegWorkers::new(2, 1).unwrap();

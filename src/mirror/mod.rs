@@ -597,6 +597,15 @@ impl Mirror {
         self.intent_failed(failed);
     }
 
+    /// Before a name of the dirty objects `inos` goes while other names keep them: they are
+    /// recorded by identity (`record`, [`crate::meta::changes::identity_record`]) from now on
+    /// ([`ChangeLog::record_identity`]). A leg whose record cannot be written is dropped.
+    pub fn record_identity(&self, inos: &[u64], record: Vec<u8>) {
+        let legs = self.in_sync_legs();
+        let failed = self.changes.record_identity(inos, record, &legs);
+        self.intent_failed(failed);
+    }
+
     /// Before a rename reaches the legs: what is dirty at or below the moved paths is
     /// recorded under the new ones ([`ChangeLog::renaming`]). A leg whose record cannot be
     /// written is dropped.

@@ -42,22 +42,14 @@ const FEW_CHANGES: usize = 256;
 /// rest with changes held off).
 const MAX_PASSES: u32 = 8;
 
-/// What a resync's first pass covers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What a resync's first pass covers. Its name (in the log) is the variant's, in lower case.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::Display)]
+#[strum(serialize_all = "lowercase")]
 pub enum ResyncMode {
     /// The paths changed while the leg was away.
     Incremental,
     /// The whole tree.
     Full,
-}
-
-impl ResyncMode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ResyncMode::Incremental => "incremental",
-            ResyncMode::Full => "full",
-        }
-    }
 }
 
 /// One resync, running or done (for the stats and `mirrorfs status`).
@@ -113,7 +105,7 @@ impl Recovery {
         let legs = self.mirror.in_sync_legs();
         let roots: Vec<PathBuf> = legs.iter().map(|&l| self.mirror.leg(l).path()).collect();
         let roots: Vec<&Path> = roots.iter().map(PathBuf::as_path).collect();
-        let records = self.expand_covers(&legs, ChangeLog::read_intent(&roots))?;
+        let records = self.expand_records(&legs, ChangeLog::read_intent(&roots))?;
         let paths = to_paths(records);
         let Some((&source, rest)) = legs.split_first() else {
             return Ok(0);
@@ -140,11 +132,16 @@ impl Recovery {
         Ok(paths.len())
     }
 
-    /// The intent log's records with each directory cover replaced by what it stands for
-    /// ([`crate::meta::changes::expand_cover`]).
-    fn expand_covers(&self, legs: &[LegIdx], records: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>> {
-        use crate::meta::changes::{expand_cover, parse_cover};
-        if !records.iter().any(|r| parse_cover(r).is_some()) {
+    /// The intent log's records with each directory cover and each identity record replaced by
+    /// what it stands for ([`crate::meta::changes::expand_cover`], and
+    /// [`find_identity`](crate::meta::changes::find_identity) on the first of `legs` the record
+    /// names).
+    fn expand_records(&self, legs: &[LegIdx], records: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>> {
+        use crate::meta::changes::{expand_cover, find_identity, parse_cover, parse_identity};
+        if !records
+            .iter()
+            .any(|r| parse_cover(r).is_some() || parse_identity(r).is_some())
+        {
             return Ok(records);
         }
         let roots = legs
@@ -160,20 +157,43 @@ impl Recovery {
                     .iter()
                     .any(|s| s.as_bytes() == name)
         };
+        let ids: Vec<Option<String>> = legs.iter().map(|&l| self.mirror.leg_id(l)).collect();
         let mut out = Vec::new();
         for r in records {
-            match parse_cover(&r) {
-                Some(cover) => {
-                    let got = expand_cover(&fds, cover, &skip);
-                    log::info!(
-                        "after the crash: the {}cover of /{} stands for {} path(s)",
-                        if cover.subtree { "subtree " } else { "" },
-                        String::from_utf8_lossy(cover.dir),
-                        got.len()
+            if let Some(cover) = parse_cover(&r) {
+                let got = expand_cover(&fds, cover, &skip);
+                log::info!(
+                    "after the crash: the {}cover of /{} stands for {} path(s)",
+                    if cover.subtree { "subtree " } else { "" },
+                    String::from_utf8_lossy(cover.dir),
+                    got.len()
+                );
+                out.extend(got);
+            } else if let Some(named) = parse_identity(&r) {
+                // The first of the legs that the record names: the object's names there.
+                let found = ids.iter().enumerate().find_map(|(i, id)| {
+                    let id = id.as_deref()?;
+                    let &(_, ino) = named.iter().find(|(n, _)| *n == id)?;
+                    Some((i, ino))
+                });
+                let Some((i, ino)) = found else {
+                    log::warn!(
+                        "the record {} names no leg in sync: the object it stands for is left \
+                         to a scrub",
+                        String::from_utf8_lossy(&r)
                     );
-                    out.extend(got);
-                }
-                None => out.push(r),
+                    continue;
+                };
+                let got = find_identity(fds[i], ino, &skip);
+                log::info!(
+                    "the record {} stands for {} path(s) on '{}'",
+                    String::from_utf8_lossy(&r),
+                    got.len(),
+                    self.mirror.leg(legs[i]).path().display()
+                );
+                out.extend(got);
+            } else {
+                out.push(r);
             }
         }
         out.sort();
@@ -367,9 +387,8 @@ impl Recovery {
             false => match ChangeLog::read_away(&source_root, &id) {
                 Some(mut away) => {
                     // The source's intent log: changes of the last second before a crash.
-                    let intent = ChangeLog::read_intent(&[&source_root]);
-                    away.extend(self.expand_covers(&[source], intent).map_err(cannot_open)?);
-                    Some(away)
+                    away.extend(ChangeLog::read_intent(&[&source_root]));
+                    Some(self.expand_records(&[source], away).map_err(cannot_open)?)
                 }
                 None => None,
             },
@@ -404,7 +423,7 @@ impl Recovery {
             "resync of leg {} ('{}') started ({} from '{}')",
             target,
             leg.path().display(),
-            job.mode.as_str(),
+            job.mode,
             source_root.display()
         );
         let me = self.clone();
@@ -514,6 +533,7 @@ impl Recovery {
                 throttle,
                 ..ctl.clone()
             };
+            let records = self.expand_records(&[source], records)?;
             let r = tree::sync_paths(src, dst, &to_paths(records), opts, &ctl)?;
             self.check_pass(&r)
         };

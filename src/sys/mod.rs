@@ -196,6 +196,24 @@ pub fn block_termination_signals() {
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
 }
 
+/// The parent process's id.
+pub fn parent_pid() -> u32 {
+    // SAFETY: getppid takes no arguments.
+    unsafe { libc::getppid() as u32 }
+}
+
+/// Ends the process at once (`_exit`): no destructor, no exit handler, no unmount.
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit takes no pointers and does not return.
+    unsafe { libc::_exit(code) }
+}
+
+/// Sends signal `sig` to process `pid` (errors ignored: it may have ended).
+pub fn signal(pid: libc::pid_t, sig: i32) {
+    // SAFETY: kill takes no pointers.
+    unsafe { libc::kill(pid, sig) };
+}
+
 /// Waits until a termination signal arrives; returns its number.
 pub fn wait_for_termination_signal() -> i32 {
     let set = termination_signals();
