@@ -78,7 +78,7 @@ fn control_writes_need_root(options: &[&str]) {
         ("leg", "remove leg1"),
         ("leg", "add leg1"),
         ("leg", &replace),
-        ("fault", "leg=1 op=read errno=EIO"),
+        ("fault", "leg=leg1 op=read errno=EIO"),
         ("fault", "clear"),
         ("attr_timeout", "5"),
         ("cache", "off"),

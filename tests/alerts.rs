@@ -111,7 +111,7 @@ fn a_failed_leg_runs_each_program_once_and_notify_test_reaches_them() {
     setfattr_ok(
         &m.mnt().join(".mirrorfs"),
         FAULT,
-        "leg=1 op=write errno=EIO",
+        "leg=leg1 op=write errno=EIO",
     );
     fs::write(m.path("f"), b"leg1 fails this write").unwrap();
     setfattr_ok(&m.mnt().join(".mirrorfs"), FAULT, "clear");
@@ -244,7 +244,7 @@ fn mail_rate_limit_and_log() {
         let data = pattern(64 * KIB, 9);
         fs::write(mnt.join("f"), &data).unwrap();
         let fault_and_read = || {
-            setfattr_ok(&mnt.join("f"), FAULT, "leg=0 op=read errno=EIO times=1");
+            setfattr_ok(&mnt.join("f"), FAULT, "leg=leg0 op=read errno=EIO times=1");
             let got = read_direct(&mnt.join("f"), DIRECT_CHUNK);
             assert_bytes_eq(&got, &data, "read through the fault");
         };

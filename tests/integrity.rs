@@ -857,7 +857,7 @@ fn a_leg_whose_store_cannot_be_written_is_dropped_and_comes_back_whole() {
     let m = TestMirror::new(2).option("fault_injection").mount();
     let mnt = m.mnt().to_path_buf();
     let fault = "user.mirrorfs.fault";
-    setfattr_ok(&mnt, fault, "leg=1 op=checksums errno=EIO");
+    setfattr_ok(&mnt, fault, "leg=leg1 op=checksums errno=EIO");
     let data = pattern(2 * SIZE + 3, 61);
     fs::write(m.path("f"), &data).unwrap();
     let dropped = wait_for(Duration::from_secs(30), || {
@@ -916,7 +916,7 @@ fn a_repair_that_cannot_be_written_drops_the_leg() {
     fs::write(mnt.join("f"), &data).unwrap();
     wait_committed(&mnt);
     rot(&legs[1], &legs[1].mnt.join("f"), 70_000);
-    setfattr_ok(&mnt, "user.mirrorfs.fault", "leg=1 op=repair errno=EIO");
+    setfattr_ok(&mnt, "user.mirrorfs.fault", "leg=leg1 op=repair errno=EIO");
     assert_bytes_eq(&fs::read(mnt.join("f")).unwrap(), &data, "answered by leg0");
     let st = stats(&mnt);
     assert_eq!(

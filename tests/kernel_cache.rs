@@ -144,7 +144,7 @@ fn attributes_follow_a_new_metadata_leg() {
         (leg0.ctime(), leg0.ctime_nsec())
     );
 
-    setfattr_ok(&mnt.join(".mirrorfs"), FAULT, "leg=0 op=write errno=EIO");
+    setfattr_ok(&mnt.join(".mirrorfs"), FAULT, "leg=leg0 op=write errno=EIO");
     let _ = fs::write(m.path("g"), b"drops leg0");
     assert_eq!(stats(&mnt).legs[0].state, LegState::Failed);
     let seen = within(Duration::from_secs(5), || {

@@ -237,7 +237,7 @@ fn exposition_shows_states_errors_bytes_space_and_scrub() {
     setfattr_ok(
         &m.mnt().join(".mirrorfs"),
         FAULT,
-        "leg=1 op=write errno=EIO",
+        "leg=leg1 op=write errno=EIO",
     );
     fs::write(m.path("g"), b"after the fault").unwrap();
     let f = exposition(m.mnt());

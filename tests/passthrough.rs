@@ -244,7 +244,7 @@ fn a_passed_through_leg_that_fails() {
     );
     // A write error drops leg0.
     fs::write(m.path("g"), b"x").unwrap();
-    setfattr_ok(&m.path("g"), FAULT, "leg=0 op=write errno=EIO");
+    setfattr_ok(&m.path("g"), FAULT, "leg=leg0 op=write errno=EIO");
     fs::write(m.path("g"), b"y").unwrap();
     assert_eq!(stats(m.mnt()).legs[0].state, LegState::Failed);
     assert_bytes_eq(&pread_all(&old), &data, "the open passed through to leg0");

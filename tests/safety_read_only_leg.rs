@@ -225,7 +225,7 @@ fn injected_erofs_during_fio_verify() {
     let mut m = TestMirror::new(2).option("fault_injection").mount();
     let mnt = m.mnt().to_path_buf();
     fio_survives_a_failing_leg(&mut m, || {
-        setfattr_ok(&mnt, FAULT, "leg=1 op=write errno=EROFS")
+        setfattr_ok(&mnt, FAULT, "leg=leg1 op=write errno=EROFS")
     });
     setfattr_ok(&mnt, FAULT, "clear");
     assert_eq!(getfattr_ok(&mnt.join(".mirrorfs"), FAULT), "");

@@ -59,7 +59,11 @@ fn read_repair(n: usize, check_times: bool) {
         .modified()
         .unwrap();
     let mut r = mount_ok(m.legs(), &mnt, &opts);
-    setfattr_ok(&mnt.join("big"), FAULT, "leg=0 op=read errno=EIO times=1");
+    setfattr_ok(
+        &mnt.join("big"),
+        FAULT,
+        "leg=leg0 op=read errno=EIO times=1",
+    );
     assert!(
         getfattr_ok(&mnt.join(".mirrorfs"), FAULT).contains("times: Some(1)"),
         "the rule is in force"
@@ -146,8 +150,8 @@ fn persistent_read_fault_with_failing_repair_drops_the_leg(n: usize) {
     let mnt = m.mnt().to_path_buf();
     let data = pattern(MIB, 32);
     fs::write(m.path("f"), &data).unwrap();
-    setfattr_ok(&mnt.join("f"), FAULT, "leg=0 op=read errno=EIO");
-    setfattr_ok(&mnt.join("f"), FAULT, "leg=0 op=repair errno=EIO");
+    setfattr_ok(&mnt.join("f"), FAULT, "leg=leg0 op=read errno=EIO");
+    setfattr_ok(&mnt.join("f"), FAULT, "leg=leg0 op=repair errno=EIO");
 
     let got = read_direct(&mnt.join("f"), DIRECT_CHUNK);
     assert_bytes_eq(&got, &data, "read with leg0 failing");

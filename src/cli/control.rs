@@ -164,18 +164,25 @@ fn refusal_reason(control: &Path, e: Errno) -> Option<String> {
     Some(String::from_utf8_lossy(&why).into_owned())
 }
 
-/// How the daemon is to find a leg the user named on the command line: a leg's name (or
-/// `legN`) as it is; anything else is a directory, sent as an absolute path resolved in the
-/// caller's directory (the daemon's is `/`).
+/// How the daemon is to find a leg the user named on the command line. A leg of the mirror,
+/// found by the one rule the daemon uses too ([`crate::leg::find`]: its name, `legN`, or its
+/// directory, here resolved in the caller's directory), is sent by its name. Anything else is
+/// sent as the user wrote it when it is no path here (the daemon then names it in its
+/// refusal), or else as an absolute path (a new leg's directory; the daemon's directory is
+/// `/`).
 fn leg_arg(mount: &Path, arg: &OsStr) -> OsString {
-    let is_name = arg.to_str().is_some_and(|a| {
-        !a.contains('/')
-            && (a
-                .strip_prefix("leg")
-                .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
-                || stats(mount).is_ok_and(|st| st.legs.iter().any(|l| l.name == a)))
-    });
-    if is_name {
+    if let Ok(st) = stats(mount) {
+        let legs: Vec<(&str, &Path)> = st
+            .legs
+            .iter()
+            .map(|l| (l.name.as_str(), Path::new(&l.path)))
+            .collect();
+        if let Some(i) = crate::leg::find(arg, &legs) {
+            return st.legs[i].name.clone().into();
+        }
+    }
+    let is_path = arg.as_encoded_bytes().contains(&b'/') || Path::new(arg).exists();
+    if !is_path {
         return arg.to_os_string();
     }
     std::path::absolute(arg)

@@ -725,7 +725,7 @@ pub static KEYS: &[KeySpec] = &[
         name: "fault",
         access: Access::ReadWrite,
         scope: Scope::Mount,
-        doc: "only with `-o fault_injection` (tests): a fault rule `leg=N|NAME op=read|write|...|* errno=EIO|EROFS|ENOSPC|N [times=N]`, or `clear`; reading lists the rules. `transport=panic|error` makes the serving thread that takes the next request panic or fail (the daemon then ends as a crash would: connection aborted, mount detached, exit 1); `transport=die-unanswered` makes the daemon die (SIGKILL) after it did the next request that changes a name, before it answers (for `keeper=on`: the successor gets it again)",
+        doc: "only with `-o fault_injection` (tests): a fault rule `leg=LEG op=read|write|...|* errno=EIO|EROFS|ENOSPC|N [times=N]` (LEG as for `mirrorfs leg`: a name, `legN` or the directory), or `clear`; reading lists the rules. `transport=panic|error` makes the serving thread that takes the next request panic or fail (the daemon then ends as a crash would: connection aborted, mount detached, exit 1); `transport=die-unanswered` makes the daemon die (SIGKILL) after it did the next request that changes a name, before it answers (for `keeper=on`: the successor gets it again)",
     },
     KeySpec {
         name: "relpath",

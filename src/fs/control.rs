@@ -11,7 +11,7 @@
 //! Every file answers `relpath`, `allpaths`, `readleg` and `copies` (read-only).
 //!
 //! With `-o fault_injection` (tests only), `user.mirrorfs.fault` takes a rule
-//! (`leg=N|NAME op=read|write|...|* errno=EIO|EROFS|ENOSPC|N [times=N]`): on the root or the
+//! (`leg=LEG op=read|write|...|* errno=EIO|EROFS|ENOSPC|N [times=N]`): on the root or the
 //! control file for every file, on a file for that file only; `clear` removes every rule.
 //! `transport=panic|error` instead makes the thread that takes the next request panic, or end
 //! with an error ([`TransportFault`]), as a bug or a failed ring would.
@@ -319,10 +319,9 @@ impl MirrorFs {
                     self.transport_fault.store(f as u8, Ordering::Relaxed);
                     return Ok(());
                 }
-                let names: Vec<String> =
-                    self.mirror.legs().iter().map(|l| l.name.clone()).collect();
                 let file = (ino != CONTROL_INO && ino != ROOT_INO).then_some(ino);
-                let rule = FaultRule::parse(v, &names, file).ok_or_else(|| {
+                let find = |w: &str| self.mirror.find_leg(std::ffi::OsStr::new(w));
+                let rule = FaultRule::parse(v, &find, file).ok_or_else(|| {
                     Refusal::new(Errno::EINVAL, "not a fault rule (docs/control.md)")
                 })?;
                 log::warn!("fault injection: {rule:?}");

@@ -20,10 +20,15 @@ pub struct FaultRule {
 }
 
 impl FaultRule {
-    /// Parses `leg=N op=NAME errno=EIO|EROFS|ENOSPC|ENODEV|NUMBER [times=N]` (spaces or commas
-    /// between fields), the form the `user.mirrorfs.fault` key takes. `leg_names` lets `leg=`
-    /// name a leg.
-    pub fn parse(text: &str, leg_names: &[String], file: Option<u64>) -> Option<FaultRule> {
+    /// Parses `leg=LEG op=NAME errno=EIO|EROFS|ENOSPC|ENODEV|NUMBER [times=N]` (spaces or
+    /// commas between fields), the form the `user.mirrorfs.fault` key takes. `find_leg` finds
+    /// the leg `leg=` names, as every other command does ([`crate::leg::find`]: its name,
+    /// `legN`, or its directory).
+    pub fn parse(
+        text: &str,
+        find_leg: &dyn Fn(&str) -> Option<LegIdx>,
+        file: Option<u64>,
+    ) -> Option<FaultRule> {
         let mut rule = FaultRule {
             leg: usize::MAX,
             op: "*".into(),
@@ -34,12 +39,7 @@ impl FaultRule {
         for field in text.split([' ', ',']).filter(|f| !f.is_empty()) {
             let (k, v) = field.split_once('=')?;
             match k {
-                "leg" => {
-                    rule.leg = match crate::value::count(v, 0, leg_names.len() as u64) {
-                        Ok(n) => n as usize,
-                        Err(_) => leg_names.iter().position(|n| n == v)?,
-                    }
-                }
+                "leg" => rule.leg = find_leg(v)?,
                 "op" => rule.op = v.to_string(),
                 "errno" => {
                     rule.errno = match v {
@@ -57,7 +57,7 @@ impl FaultRule {
                 _ => return None,
             }
         }
-        (rule.leg < leg_names.len()).then_some(rule)
+        (rule.leg != usize::MAX).then_some(rule)
     }
 }
 
@@ -124,6 +124,7 @@ impl Faults {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     #[test]
     fn rules_match_leg_and_op_and_run_out() {
@@ -145,21 +146,28 @@ mod tests {
 
     #[test]
     fn file_rules_hit_only_their_file_and_parse_from_text() {
-        let names = vec!["ssd".to_string(), "hdd".to_string()];
-        let r = FaultRule::parse("leg=hdd op=read errno=EIO times=1", &names, Some(7)).unwrap();
+        // The legs are found as every command finds them (leg::find): a name, legN, a
+        // directory; a bare number is no leg.
+        let dirs = [Path::new("/d/a"), Path::new("/d/b")];
+        let legs = [("ssd", dirs[0]), ("hdd", dirs[1])];
+        let find = |w: &str| crate::leg::find(std::ffi::OsStr::new(w), &legs);
+        let r = FaultRule::parse("leg=hdd op=read errno=EIO times=1", &find, Some(7)).unwrap();
         assert_eq!(
             (r.leg, r.op.as_str(), r.times, r.file),
             (1, "read", Some(1), Some(7))
         );
         assert_eq!(
-            FaultRule::parse("leg=1,errno=28", &names, None)
+            FaultRule::parse("leg=leg1,errno=28", &find, None)
                 .unwrap()
                 .errno,
             Errno::ENOSPC
         );
-        assert!(FaultRule::parse("leg=usb", &names, None).is_none());
-        assert!(FaultRule::parse("leg=1 colour=red", &names, None).is_none());
-        assert!(FaultRule::parse("op=read", &names, None).is_none());
+        assert_eq!(FaultRule::parse("leg=/d/a", &find, None).unwrap().leg, 0);
+        assert!(FaultRule::parse("leg=1", &find, None).is_none());
+        assert!(FaultRule::parse("leg=leg2", &find, None).is_none());
+        assert!(FaultRule::parse("leg=usb", &find, None).is_none());
+        assert!(FaultRule::parse("leg=leg1 colour=red", &find, None).is_none());
+        assert!(FaultRule::parse("op=read", &find, None).is_none());
         let f = Faults::default();
         f.add(r);
         assert!(f.check_file(1, "read", Some(8)).is_ok());
