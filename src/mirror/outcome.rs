@@ -2,24 +2,27 @@
 //!
 //! This is the only place that decides whether an error belongs to the caller (ENOENT, EEXIST,
 //! ENOTEMPTY, EACCES...: every in-sync leg should say the same, and it is returned as is) or to
-//! the leg (EIO, EROFS, ENODEV, ENXIO, ESTALE, ENOTCONN, a vanished mount: the leg is dropped
-//! and the others carry on).
+//! the leg ([`LEG_FAULTS`]: EIO, EROFS, ENODEV, ENXIO, ESTALE, ENOTCONN, ETIMEDOUT, a vanished
+//! mount: the leg is dropped and the others carry on).
 
 use crate::errno::Errno;
 use crate::leg::LegIdx;
 
-/// Errors that say the leg, not the request, is broken.
+/// Errors that say the leg, not the request, is broken, with their names: the README and the
+/// man page list them, and a test holds those lists to this one.
+pub const LEG_FAULTS: &[(i32, &str)] = &[
+    (libc::EIO, "EIO"),
+    (libc::EROFS, "EROFS"),
+    (libc::ENODEV, "ENODEV"),
+    (libc::ENXIO, "ENXIO"),
+    (libc::ESTALE, "ESTALE"),
+    (libc::ENOTCONN, "ENOTCONN"),
+    (libc::ETIMEDOUT, "ETIMEDOUT"),
+];
+
+/// Whether `e` is one of [`LEG_FAULTS`].
 pub fn is_leg_fault(e: Errno) -> bool {
-    matches!(
-        e.0,
-        libc::EIO
-            | libc::EROFS
-            | libc::ENODEV
-            | libc::ENXIO
-            | libc::ESTALE
-            | libc::ENOTCONN
-            | libc::ETIMEDOUT
-    )
+    LEG_FAULTS.iter().any(|&(code, _)| code == e.0)
 }
 
 /// Why a leg is dropped.
@@ -214,6 +217,25 @@ mod tests {
             Errno::EACCES,
         ] {
             assert!(!is_leg_fault(e));
+        }
+    }
+
+    /// The README and the man page name exactly the errors [`is_leg_fault`] drops a leg for.
+    #[test]
+    fn the_docs_list_every_leg_fault() {
+        let want: Vec<&str> = LEG_FAULTS.iter().map(|&(_, n)| n).collect();
+        for (doc, text) in [
+            ("README.md", include_str!("../../README.md")),
+            ("docs/mirrorfs.8", include_str!("../../docs/mirrorfs.8")),
+        ] {
+            let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+            let at = flat
+                .find("I/O-class error (")
+                .unwrap_or_else(|| panic!("{doc} names no I/O-class errors"));
+            let list = &flat[at + "I/O-class error (".len()..];
+            let list = &list[..list.find(')').unwrap()];
+            let got: Vec<&str> = list.split(", ").collect();
+            assert_eq!(got, want, "{doc}'s list of the errors that drop a leg");
         }
     }
 }
