@@ -619,7 +619,7 @@ fn hostile_values_for_every_writable_key() {
     ];
     let writable: Vec<&str> = OPTIONS
         .iter()
-        .filter(|o| o.live)
+        .filter(|o| o.live.is_some())
         .map(|o| o.name)
         .chain(
             KEYS.iter()

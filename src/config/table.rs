@@ -18,6 +18,18 @@ pub enum Given<'a> {
     Value(&'a str),
 }
 
+/// The options that can be changed while mounted, each a setting of the running mirror. The
+/// control file matches on this (every variant, so an option made live here cannot lack its
+/// setter there).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Live {
+    ReadPolicy,
+    MinFreeSpace,
+    ResyncSpeedMax,
+    Readahead,
+    LegTimeout,
+}
+
 /// One mount option.
 pub struct OptionSpec {
     pub name: &'static str,
@@ -27,8 +39,9 @@ pub struct OptionSpec {
     pub form: &'static str,
     /// The default, as the docs say it.
     pub default: &'static str,
-    /// Can be changed while mounted, through `user.mirrorfs.<name>`.
-    pub live: bool,
+    /// Can be changed while mounted, through `user.mirrorfs.<name>`: which of the running
+    /// mirror's settings it is (the control file sets and reads it through that).
+    pub live: Option<Live>,
     /// One line for the docs.
     pub doc: &'static str,
     /// Sets the option in a configuration; the reason (without the option's name) when the
@@ -120,7 +133,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         opposite: None,
         form: "NAME",
         default: "auto",
-        live: true,
+        live: Some(Live::ReadPolicy),
         doc: "which leg serves reads: `auto`, `first`, `pid`, `round-robin[:SIZE]`, `devid:N`, `leg:NAME`, `nonrot`, `queue`, `latency`, `md` (see Read policies)",
         apply: |c, g| {
             let v = text(g)?;
@@ -135,7 +148,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         opposite: None,
         form: "",
         default: "off",
-        live: false,
+        live: None,
         doc: "mount even when a leg is missing or not a member, serving from the others",
         apply: |c, g| {
             c.degraded = flag(g)?;
@@ -148,7 +161,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         opposite: None,
         form: "SIZE",
         default: "4G, or 5% of the leg if less",
-        live: true,
+        live: Some(Live::MinFreeSpace),
         doc: "free space every leg keeps: a write that would go below it on any leg fails with ENOSPC before any leg is written",
         apply: |c, g| {
             c.minfreespace = Some(value::size(text(g)?)?);
@@ -161,7 +174,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         opposite: None,
         form: "on|off",
         default: "on",
-        live: false,
+        live: None,
         doc: "keep the write-intent log, so that after a crash only the files being written are checked",
         apply: |c, g| {
             c.write_intent = value::switch(text(g)?)?;
@@ -174,7 +187,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         opposite: None,
         form: "on|off",
         default: "on (off with write_intent=off)",
-        live: false,
+        live: None,
         doc: "keep a checksum of every 4 KiB block of every file, verify every read and repair a bad copy from a good one",
         apply: |c, g| {
             c.checksum = Some(value::switch(text(g)?)?);
@@ -187,7 +200,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         opposite: None,
         form: "SIZE",
         default: "0 (unlimited)",
-        live: true,
+        live: Some(Live::ResyncSpeedMax),
         doc: "bytes per second a resync or scrub may use; a new value applies to the pass that is running",
         apply: |c, g| {
             c.resync_speed_max = value::size(text(g)?)?;
@@ -200,7 +213,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         opposite: None,
         form: "SIZE",
         default: "128M",
-        live: true,
+        live: Some(Live::Readahead),
         doc: "memory for the extent read-ahead, which reads one sequential stream from every idle disk of the same speed in 16 MiB extents (`auto` only; 0: off)",
         apply: |c, g| {
             c.readahead = value::size(text(g)?)?;
@@ -213,7 +226,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         opposite: None,
         form: "S",
         default: "0 (none)",
-        live: true,
+        live: Some(Live::LegTimeout),
         doc: "seconds a leg may take to answer a read, write, fsync or free-space query; one that has not answered by then is dropped (reads go to another leg, the mirror carries on DEGRADED) and can be resynced once it answers again. For remote legs (NFS, SMB, sshfs); it costs small reads and writes speed (0: wait for ever)",
         apply: |c, g| {
             c.leg_timeout = value::seconds(text(g)?)?;
@@ -226,7 +239,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         opposite: None,
         form: "LEG",
         default: "",
-        live: false,
+        live: None,
         doc: "first mount only: the leg (name, `legN` or path) whose data the other legs get",
         apply: |c, g| {
             c.init_from = Some(name(g)?);
@@ -239,7 +252,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         opposite: None,
         form: "N",
         default: "8",
-        live: false,
+        live: None,
         doc: "FUSE worker threads, and I/O workers per leg (1 to 256)",
         apply: |c, g| {
             c.threads = value::count(text(g)?, 1, MAX_THREADS)? as usize;
@@ -252,7 +265,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         opposite: None,
         form: "NAME",
         default: "the leg list",
-        live: false,
+        live: None,
         doc: "the source shown in `/proc/mounts`",
         apply: |c, g| {
             c.fsname = Some(name(g)?);
@@ -265,7 +278,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         opposite: None,
         form: "full|shared|off",
         default: "full",
-        live: false,
+        live: None,
         doc: "what the kernel keeps: `full` when only mirrorfs writes the legs; `shared` when other programs write them too (1 s); `off` (see Caching)",
         apply: |c, g| {
             c.cache = super::CacheMode::parse(text(g)?)?;
@@ -278,7 +291,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         opposite: None,
         form: "off|ro",
         default: "off",
-        live: false,
+        live: None,
         doc: "`ro`: the kernel reads read-only opens straight from one leg's file, without the daemon (root only; needs `checksum=off`; see Passthrough)",
         apply: |c, g| {
             c.passthrough = match text(g)? {
@@ -295,7 +308,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         opposite: None,
         form: "auto|uring|devfuse",
         default: "auto",
-        live: false,
+        live: None,
         doc: "how requests reach the daemon: `uring` (FUSE over io_uring, one queue per CPU; needs the kernel's `enable_uring` switch), `devfuse`, or `auto` (io_uring when the kernel offers it; see Transport)",
         apply: |c, g| {
             c.transport = super::Transport::parse(text(g)?)?;
@@ -308,7 +321,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         opposite: None,
         form: "on|off",
         default: "off",
-        live: false,
+        live: None,
         doc: "a keeper process holds the mount's FUSE session, so that the mount outlives the process serving it: a server that dies is followed by a successor that takes the session over, and programs see a pause, not an error (/dev/fuse only; see Keeper)",
         apply: |c, g| {
             c.keeper = value::switch(text(g)?)?;
@@ -321,7 +334,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         opposite: None,
         form: "N",
         default: "5",
-        live: false,
+        live: None,
         doc: "when this many servers died within `keeper_window`, the keeper starts no more: it gives the mount up, aborting the connection (programs get an error instead of waiting) and detaching the mount",
         apply: |c, g| {
             c.keeper_retries = value::count(text(g)?, 1, 1000)? as usize;
@@ -334,7 +347,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         opposite: None,
         form: "S",
         default: "60",
-        live: false,
+        live: None,
         doc: "seconds over which `keeper_retries` counts the servers that died",
         apply: |c, g| {
             c.keeper_window = value::seconds(text(g)?)?;
@@ -347,7 +360,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         opposite: None,
         form: "S",
         default: "30",
-        live: false,
+        live: None,
         doc: "seconds a successor has to take the session over and serve; one that has not is killed, and counts as a server that died; `keeper_retries` successors in a row that never served end the mount however long they took (0: no limit)",
         apply: |c, g| {
             c.keeper_start_timeout = value::seconds(text(g)?)?;
@@ -360,7 +373,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         opposite: None,
         form: "N",
         default: "50",
-        live: false,
+        live: None,
         doc: "microseconds a queue's reader (io_uring) looks for a completion before it sleeps, while reads are under way: CPU time spent to answer reads sooner (0: sleep at once; see Transport)",
         apply: |c, g| {
             c.ring_poll = std::time::Duration::from_micros(value::count(text(g)?, 0, 10_000)?);
@@ -373,7 +386,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         opposite: None,
         form: "auto|pass|enotsup",
         default: "auto",
-        live: false,
+        live: None,
         doc: "how a missing `security.selinux` is answered: `enotsup` lets `ls -l` stop asking for every entry; `auto` is `enotsup` on a host without SELinux, else `pass` (see Caching)",
         apply: |c, g| {
             c.selinux_xattr = super::SelinuxXattr::parse(text(g)?)?;
@@ -386,7 +399,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         opposite: None,
         form: "S",
         default: "86400 (`cache=shared`: 1, `off`: 0)",
-        live: false,
+        live: None,
         doc: "seconds the kernel caches attributes",
         apply: |c, g| {
             c.attr_timeout = Some(value::seconds(text(g)?)?);
@@ -399,7 +412,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         opposite: None,
         form: "S",
         default: "as `attr_timeout` (0 with `no_default_permissions`)",
-        live: false,
+        live: None,
         doc: "seconds the kernel caches names; must be 0 with `no_default_permissions`",
         apply: |c, g| {
             c.entry_timeout = Some(value::seconds(text(g)?)?);
@@ -412,7 +425,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         opposite: None,
         form: "",
         default: "on when root mounts",
-        live: false,
+        live: None,
         doc: "let other users use the mount",
         apply: |c, g| {
             c.allow_other = flag(g)?;
@@ -425,7 +438,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         opposite: Some("no_default_permissions"),
         form: "",
         default: "on",
-        live: false,
+        live: None,
         doc: "the kernel checks mode bits; with `no_default_permissions` mirrorfs checks them itself, by acting as the caller on the legs (POSIX ACLs on the legs then count too; names are not cached)",
         apply: |c, g| {
             c.default_permissions = flag(g)?;
@@ -438,7 +451,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         opposite: Some("rw"),
         form: "",
         default: "rw",
-        live: false,
+        live: None,
         doc: "read-only mount",
         apply: |c, g| {
             c.read_only = flag(g)?;
@@ -451,7 +464,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         opposite: Some("nodev"),
         form: "",
         default: "nodev",
-        live: false,
+        live: None,
         doc: "device nodes on the mount work",
         apply: |c, g| {
             c.dev = flag(g)?;
@@ -464,7 +477,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         opposite: Some("nosuid"),
         form: "",
         default: "nosuid",
-        live: false,
+        live: None,
         doc: "setuid and setgid bits take effect",
         apply: |c, g| {
             c.suid = flag(g)?;
@@ -477,7 +490,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         opposite: Some("noexec"),
         form: "",
         default: "exec",
-        live: false,
+        live: None,
         doc: "programs on the mount can run",
         apply: |c, g| {
             c.exec = flag(g)?;
@@ -490,7 +503,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         opposite: Some("noatime"),
         form: "",
         default: "the kernel's",
-        live: false,
+        live: None,
         doc: "update access times",
         apply: |c, g| {
             c.atime = Some(flag(g)?);
@@ -510,7 +523,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         opposite: None,
         form: "",
         default: "off",
-        live: false,
+        live: None,
         doc: "synchronous writes",
         apply: |c, g| {
             c.sync = flag(g)?;
@@ -523,7 +536,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         opposite: None,
         form: "",
         default: "off",
-        live: false,
+        live: None,
         doc: "synchronous directory changes",
         apply: |c, g| {
             c.dirsync = flag(g)?;
@@ -536,7 +549,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         opposite: None,
         form: "PATH",
         default: "",
-        live: false,
+        live: None,
         doc: "a program run on every event (leg failed or removed, mirror degraded, resync started or finished, scrub finished, read error repaired, I/O error, leg below its reserve, test) with `MIRRORFS_*` variables (docs/operations.md, Alerts)",
         apply: |c, g| {
             c.notify_program = Some(path(g)?);
@@ -549,7 +562,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         opposite: None,
         form: "DIR",
         default: "/etc/mirrorfs/events.d",
-        live: false,
+        live: None,
         doc: "a directory whose executables run on every event, in name order, like `notify_program`",
         apply: |c, g| {
             c.events_dir = path(g)?;
@@ -562,7 +575,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         opposite: None,
         form: "ADDR",
         default: "",
-        live: false,
+        live: None,
         doc: "mail every event to ADDR through `sendmail` (when installed)",
         apply: |c, g| {
             let v = name(g)?;
@@ -579,7 +592,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         opposite: None,
         form: "S",
         default: "60",
-        live: false,
+        live: None,
         doc: "seconds between two runs for the same event on the same leg; events in between are counted (`MIRRORFS_SUPPRESSED`) and logged, not run",
         apply: |c, g| {
             c.notify_interval = value::seconds(text(g)?)?;
@@ -592,7 +605,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         opposite: None,
         form: "FILE",
         default: "",
-        live: false,
+        live: None,
         doc: "more options from FILE, one per line as `-o` takes them (`name=value` or `flag`), `#` starting a comment; they apply where `config=` stands, so later options win; an error names FILE:LINE",
         apply: |c, g| {
             let file = text(g)?;
@@ -609,7 +622,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         opposite: None,
         form: "",
         default: "off",
-        live: false,
+        live: None,
         doc: "accept injected leg faults through `user.mirrorfs.fault` (for tests only)",
         apply: |c, g| {
             c.fault_injection = flag(g)?;
@@ -786,7 +799,11 @@ pub fn markdown_options() -> String {
         if let Some(opp) = o.opposite {
             name = format!("{name} / `{opp}`");
         }
-        let live = if o.live { "; can be changed live" } else { "" };
+        let live = if o.live.is_some() {
+            "; can be changed live"
+        } else {
+            ""
+        };
         let default = match o.default {
             "" => String::new(),
             d if d.contains(' ') || d.contains('(') => d.to_string(),
@@ -819,7 +836,7 @@ pub fn markdown_keys() -> String {
             md_cell(k.doc)
         ));
     }
-    for o in OPTIONS.iter().filter(|o| o.live) {
+    for o in OPTIONS.iter().filter(|o| o.live.is_some()) {
         out.push_str(&format!(
             "| `user.mirrorfs.{}` | **read, write** | the option in force; writing a new value (as for `-o {}=`) changes it at once |\n",
             o.name, o.name
@@ -827,7 +844,7 @@ pub fn markdown_keys() -> String {
     }
     let others: Vec<String> = OPTIONS
         .iter()
-        .filter(|o| !o.live)
+        .filter(|o| o.live.is_none())
         .map(|o| format!("`{}`", o.name))
         .collect();
     out.push_str(&format!(

@@ -4,8 +4,8 @@
 //! not list. It (and the root directory) answers:
 //! - `user.mirrorfs.stats`: the statistics document ([`crate::stats`]);
 //! - `user.mirrorfs.<option>` for every mount option, `version`, `pid`, `mount`, `state`,
-//!   `legs`; `read_policy` can be set live (EINVAL and no change for a bad value), the others
-//!   are read-only (EROFS);
+//!   `legs`; the options the table marks live ([`Live`]) can be set (EINVAL and no change for
+//!   a bad value), the others are read-only (EROFS);
 //! - `user.mirrorfs.stats_reset` (write-only) zeroes the counters.
 //!
 //! Every file answers `relpath`, `allpaths`, `readleg` and `copies` (read-only).
@@ -27,7 +27,7 @@
 
 use super::inode::{CONTROL_INO, ROOT_INO};
 use super::{Caller, InodeRef, MirrorFs};
-use crate::config::table::{self, Access, KeySpec, OptionSpec, Scope};
+use crate::config::table::{self, Access, KeySpec, Live, OptionSpec, Scope};
 use crate::errno::{refuse, Errno, Refusal, Result};
 use crate::leg::LegIdx;
 use crate::mirror::fault::FaultRule;
@@ -282,7 +282,7 @@ impl MirrorFs {
                 .map_err(|_| Refusal::new(Errno::EINVAL, "the value is not text"))
         };
         match self.classify(ino, key) {
-            Key::Option(o) if o.live => self.set_live(o, text()?),
+            Key::Option(o) if o.live.is_some() => self.set_live(o, text()?),
             // Commands: raw bytes, so that paths may hold anything (see `recovery::command`).
             Key::Mount(k) if k.name == "scrub" => self.recovery.scrub_command(value),
             Key::Mount(k) if k.name == "leg" => self.recovery.leg_command(value),
@@ -357,15 +357,18 @@ impl MirrorFs {
                 ),
             );
         }
-        match o.name {
-            "read_policy" => self.mirror.set_policy(&parsed.read_policy).map_err(|e| {
+        let Some(live) = o.live else {
+            return Err(Errno::EROFS.into());
+        };
+        match live {
+            Live::ReadPolicy => self.mirror.set_policy(&parsed.read_policy).map_err(|e| {
                 let legs: Vec<&str> = self.mirror.legs().iter().map(|l| l.name.as_str()).collect();
                 Refusal::new(
                     e,
                     format!("no such leg in '{v}' (the legs: {})", legs.join(", ")),
                 )
             }),
-            "minfreespace" => {
+            Live::MinFreeSpace => {
                 let bytes = parsed.minfreespace.ok_or(Errno::EINVAL)?;
                 for leg in self.mirror.legs() {
                     leg.reserve.store(bytes, Ordering::Relaxed);
@@ -376,28 +379,30 @@ impl MirrorFs {
                 );
                 Ok(())
             }
-            "resync_speed_max" => {
+            Live::ResyncSpeedMax => {
                 self.recovery.set_speed_max(parsed.resync_speed_max);
                 Ok(())
             }
-            "readahead" => {
+            Live::Readahead => {
                 self.mirror.readahead().set_limit(parsed.readahead);
                 Ok(())
             }
-            "leg_timeout" => {
+            Live::LegTimeout => {
                 self.mirror.set_leg_timeout(parsed.leg_timeout);
                 Ok(())
             }
-            _ => Err(Errno::EROFS.into()),
         }
     }
 
     /// An option's value in force: live options as the running mirror has them, the others as
     /// given at mount.
     fn option_value(&self, o: &OptionSpec) -> String {
-        match o.name {
-            "read_policy" => self.mirror.policy_name(),
-            "minfreespace" => {
+        let Some(live) = o.live else {
+            return (o.show)(&self.config.options);
+        };
+        match live {
+            Live::ReadPolicy => self.mirror.policy_name(),
+            Live::MinFreeSpace => {
                 let legs = self.mirror.legs();
                 let r: Vec<u64> = legs
                     .iter()
@@ -413,12 +418,11 @@ impl MirrorFs {
                         .join(",")
                 }
             }
-            "resync_speed_max" => self.recovery.speed_max().to_string(),
-            "readahead" => self.mirror.readahead().limit().to_string(),
-            "leg_timeout" => {
+            Live::ResyncSpeedMax => self.recovery.speed_max().to_string(),
+            Live::Readahead => self.mirror.readahead().limit().to_string(),
+            Live::LegTimeout => {
                 crate::config::table::secs(self.mirror.leg_timeout().unwrap_or_default())
             }
-            _ => (o.show)(&self.config.options),
         }
     }
 
