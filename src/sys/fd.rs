@@ -397,6 +397,40 @@ pub fn access(fd: BorrowedFd<'_>, mask: i32) -> Result<()> {
     check(unsafe { libc::faccessat(libc::AT_FDCWD, p.as_ptr(), mask, libc::AT_EACCESS) }).map(drop)
 }
 
+/// Opens the directory at `path` for reading (`O_DIRECTORY | O_NOFOLLOW`: the last component
+/// must be the directory itself, not a symlink to one), e.g. to flush it.
+pub fn open_dir(path: &Path) -> Result<OwnedFd> {
+    let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)?;
+    // SAFETY: c is a valid C string.
+    let fd = check(unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    })?;
+    Ok(owned(fd))
+}
+
+/// `openat(dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)`: the directory `name` in `dir`,
+/// opened for reading (and flushing), never through a symlink.
+pub fn open_dir_at(dir: BorrowedFd<'_>, name: &CStr) -> Result<OwnedFd> {
+    // SAFETY: name is a valid C string; dir is a live descriptor.
+    let fd = check(unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    })?;
+    Ok(owned(fd))
+}
+
+/// The file status flags of a descriptor (`fcntl(F_GETFL)`): its access mode, `O_PATH`, ...
+pub fn status_flags(fd: BorrowedFd<'_>) -> Result<i32> {
+    // SAFETY: no memory effects.
+    check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) })
+}
+
 /// A readable descriptor of a directory held as `O_PATH`.
 pub fn open_dir_for_read(fd: BorrowedFd<'_>) -> Result<OwnedFd> {
     // SAFETY: valid descriptor and C string.
