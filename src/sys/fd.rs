@@ -397,15 +397,17 @@ pub fn access(fd: BorrowedFd<'_>, mask: i32) -> Result<()> {
     check(unsafe { libc::faccessat(libc::AT_FDCWD, p.as_ptr(), mask, libc::AT_EACCESS) }).map(drop)
 }
 
-/// Opens the directory at `path` for reading (`O_DIRECTORY | O_NOFOLLOW`: the last component
-/// must be the directory itself, not a symlink to one), e.g. to flush it.
+/// Opens the directory at `path` for reading (`O_DIRECTORY`), e.g. to flush it: a directory
+/// the user names (`status --output`'s) or the system's (`/run/mount`), not one on a leg,
+/// so a symlink to a directory is followed, as a path is; on a leg, [`open_dir_at`] from the
+/// leg's root.
 pub fn open_dir(path: &Path) -> Result<OwnedFd> {
     let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)?;
     // SAFETY: c is a valid C string.
     let fd = check(unsafe {
         libc::open(
             c.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
         )
     })?;
     Ok(owned(fd))

@@ -11,10 +11,6 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-fn io_err(e: Errno) -> io::Error {
-    io::Error::from_raw_os_error(e.code())
-}
-
 /// Replaces `dir/name` with a new file that `write` fills, atomically:
 ///
 /// 1. a temporary file `.NAME.PID.N.tmp` is created in `dir` (`O_CREAT | O_EXCL |
@@ -53,20 +49,20 @@ pub fn replace_file(
     }
     let target = CString::new(bytes).map_err(|_| io::ErrorKind::InvalidInput)?;
     // Refused before anything is written: the last step could not be done.
-    if fd::status_flags(dir).map_err(io_err)? & libc::O_PATH != 0 {
+    if fd::status_flags(dir).map_err(io::Error::from)? & libc::O_PATH != 0 {
         return Err(io::Error::from_raw_os_error(libc::EBADF));
     }
     let (tmp, file) = create_temporary(dir, bytes, mode)?;
     let mut file = File::from(file);
     let written = write(&mut file)
         .and_then(|()| file.sync_all())
-        .and_then(|()| fd::rename_at(dir, &tmp, dir, &target, 0).map_err(io_err));
+        .and_then(|()| fd::rename_at(dir, &tmp, dir, &target, 0).map_err(io::Error::from));
     drop(file);
     if let Err(e) = written {
         let _ = fd::unlink_at(dir, &tmp, false);
         return Err(e);
     }
-    fd::fsync(dir, false).map_err(io_err)
+    fd::fsync(dir, false).map_err(io::Error::from)
 }
 
 /// How many temporary files this process made.
@@ -90,7 +86,7 @@ fn create_temporary(
         match fd::create_at(dir, &tmp, libc::O_RDWR | libc::O_EXCL, mode) {
             Ok(f) => return Ok((tmp, f)),
             Err(Errno(libc::EEXIST)) if tries < 100 => tries += 1,
-            Err(e) => return Err(io_err(e)),
+            Err(e) => return Err(e.into()),
         }
     }
 }
