@@ -27,17 +27,17 @@ pub fn path_of(fd: BorrowedFd<'_>) -> Result<std::path::PathBuf> {
         .map_err(crate::errno::Errno::from)
 }
 
-/// Opens a leg's root directory as an `O_PATH` descriptor.
-pub fn open_root(path: &Path) -> Result<OwnedFd> {
+/// `open(path, flags | O_CLOEXEC)`.
+fn open_by_path(path: &Path, flags: i32) -> Result<OwnedFd> {
     let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)?;
     // SAFETY: c is a valid C string.
-    let fd = check(unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    })?;
+    let fd = check(unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC) })?;
     Ok(owned(fd))
+}
+
+/// Opens a leg's root directory as an `O_PATH` descriptor.
+pub fn open_root(path: &Path) -> Result<OwnedFd> {
+    open_by_path(path, libc::O_PATH | libc::O_DIRECTORY)
 }
 
 /// `openat(dir, name, O_PATH | O_NOFOLLOW)`: a handle on the object itself, never a symlink's
@@ -402,15 +402,7 @@ pub fn access(fd: BorrowedFd<'_>, mask: i32) -> Result<()> {
 /// so a symlink to a directory is followed, as a path is; on a leg, [`open_dir_at`] from the
 /// leg's root.
 pub fn open_dir(path: &Path) -> Result<OwnedFd> {
-    let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)?;
-    // SAFETY: c is a valid C string.
-    let fd = check(unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    })?;
-    Ok(owned(fd))
+    open_by_path(path, libc::O_RDONLY | libc::O_DIRECTORY)
 }
 
 /// `openat(dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)`: the directory `name` in `dir`,
