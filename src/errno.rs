@@ -86,6 +86,12 @@ impl From<io::Error> for Errno {
     }
 }
 
+impl From<Errno> for io::Error {
+    fn from(e: Errno) -> io::Error {
+        io::Error::from_raw_os_error(e.0)
+    }
+}
+
 impl fmt::Debug for Errno {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if *self == Errno::INTERNAL {

@@ -346,32 +346,21 @@ pub fn health(st: &Stats) -> i32 {
     }
 }
 
-/// Writes `text` to `file` atomically: a temporary file beside it, then a rename, so a reader
-/// (node_exporter's textfile collector) never sees half of it.
+/// Writes `text` to `file` atomically (0644): a temporary file beside it (`.NAME.PID.N.tmp`,
+/// which the textfile collector does not read), then a rename, so a reader (node_exporter's
+/// textfile collector) never sees half of it ([`crate::sys::replace::replace_file`]).
 fn write_atomically(file: &std::path::Path, text: &str) -> Result<(), String> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt;
     let name = file
         .file_name()
         .ok_or_else(|| format!("'{}' is not a file name", file.display()))?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".{}.tmp", std::process::id()));
-    let tmp = file.with_file_name(tmp_name);
-    let write = || -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .open(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, file)
+    let parent = match file.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
     };
-    write().map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        format!("cannot write '{}': {e}", file.display())
-    })
+    crate::sys::fd::open_dir(parent)
+        .map_err(std::io::Error::from)
+        .and_then(|dir| crate::sys::replace::replace_file_with(&dir, name, 0o644, text.as_bytes()))
+        .map_err(|e| format!("cannot write '{}': {e}", file.display()))
 }
 
 pub fn run(args: StatusArgs) -> i32 {

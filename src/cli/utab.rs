@@ -10,8 +10,7 @@
 //! and replaced by a rename, as libmount does) and takes it out when it ends. (`mount --fake`
 //! cannot do it: for a `fuse.*` type it runs mount.fuse3, which mounts for real.)
 
-use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::fs::OpenOptions;
 use std::path::Path;
 
 const DIR: &str = "/run/mount";
@@ -95,12 +94,9 @@ fn update(change: impl FnOnce(&str) -> Option<String>) -> std::io::Result<()> {
         Err(e) => return Err(e),
     };
     if let Some(new) = change(&text) {
-        let tmp = Path::new(DIR).join(format!("utab.mirrorfs.{}", std::process::id()));
-        let mut f = File::create(&tmp)?;
-        f.write_all(new.as_bytes())?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::rename(&tmp, &path)?;
+        // 0644, as libmount makes it (the daemon's umask is 0).
+        let dir = crate::sys::fd::open_dir(Path::new(DIR))?;
+        crate::sys::replace::replace_file_with(&dir, "utab", 0o644, new.as_bytes())?;
     }
     drop(lock);
     Ok(())

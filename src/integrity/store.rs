@@ -94,21 +94,34 @@ fn open_db(path: &Path) -> io::Result<Database> {
     Database::builder()
         .set_cache_size(CACHE_BYTES)
         .create(path)
-        .map_err(|e| {
-            use redb::{DatabaseError as D, StorageError as S};
-            let kind = match &e {
-                // Another mirrorfs (or one still unmounting) holds it.
-                D::DatabaseAlreadyOpen | D::LockProtocolMismatch => io::ErrorKind::ResourceBusy,
-                D::UpgradeRequired(_) => io::ErrorKind::Unsupported,
-                D::Storage(S::Io(e)) if e.kind() != io::ErrorKind::UnexpectedEof => e.kind(),
-                // Not a store, or a damaged one: only this may be rebuilt from another leg.
-                _ => io::ErrorKind::InvalidData,
-            };
-            io::Error::new(
-                kind,
-                format!("checksum store '{}': open: {e}", path.display()),
-            )
+        .map_err(|e| open_error(path, e))
+}
+
+/// The database in `file` (the store at `path`), with [`open_db`]'s error kinds.
+fn open_db_file(file: std::fs::File, path: &Path) -> io::Result<Database> {
+    redb::backends::FileBackend::new(file)
+        .and_then(|b| {
+            Database::builder()
+                .set_cache_size(CACHE_BYTES)
+                .create_with_backend(b)
         })
+        .map_err(|e| open_error(path, e))
+}
+
+fn open_error(path: &Path, e: redb::DatabaseError) -> io::Error {
+    use redb::{DatabaseError as D, StorageError as S};
+    let kind = match &e {
+        // Another mirrorfs (or one still unmounting) holds it.
+        D::DatabaseAlreadyOpen | D::LockProtocolMismatch => io::ErrorKind::ResourceBusy,
+        D::UpgradeRequired(_) => io::ErrorKind::Unsupported,
+        D::Storage(S::Io(e)) if e.kind() != io::ErrorKind::UnexpectedEof => e.kind(),
+        // Not a store, or a damaged one: only this may be rebuilt from another leg.
+        _ => io::ErrorKind::InvalidData,
+    };
+    io::Error::new(
+        kind,
+        format!("checksum store '{}': open: {e}", path.display()),
+    )
 }
 
 impl Store {
@@ -446,25 +459,27 @@ pub fn set_aside(leg_root: &Path) -> Option<String> {
     })
 }
 
-/// Replaces the store under `to` with a copy of `from`'s file (written beside it, flushed,
-/// renamed over): rebuilding a lost store, or giving a leg that joins the mirror the records
-/// of the data it was given. The caller holds off commits to `from` meanwhile.
-/// The copy's stamps are dropped: they were the ctimes of the other leg's copies.
+/// Replaces the store of the leg at `to_root` with a copy of `from`'s file (written beside
+/// it, flushed, renamed over, by [`crate::sys::replace::replace_file`] in the leg's
+/// `.mirrorfs/`, which must exist): rebuilding a lost store, or giving a leg that joins the
+/// mirror the records of the data it was given. The caller holds off commits to `from`
+/// meanwhile. The copy has `from`'s mode. Its stamps are dropped: they were the ctimes of the
+/// other leg's copies.
 pub fn copy_store(from: &Path, to_root: &Path) -> io::Result<()> {
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::PermissionsExt;
     let to = store_path(to_root);
-    let tmp = to.with_extension("redb.tmp");
-    std::fs::copy(from, &tmp)?;
-    {
-        let db = open_db(&tmp)?;
-        let tx = db.begin_write().map_err(|e| err("begin", &tmp, e))?;
-        tx.delete_table(STAMPS)
-            .map_err(|e| err("stamps", &tmp, e))?;
-        tx.open_table(STAMPS).map_err(|e| err("stamps", &tmp, e))?;
-        tx.commit().map_err(|e| err("commit", &tmp, e))?;
-    }
-    std::fs::File::open(&tmp)?.sync_all()?;
-    std::fs::rename(&tmp, &to)?;
-    std::fs::File::open(to.parent().unwrap_or(to_root))?.sync_all()
+    let mut source = std::fs::File::open(from)?;
+    let mode = source.metadata()?.permissions().mode() & 0o7777;
+    let dir = crate::meta::open_meta_dir(to_root, false)?;
+    crate::sys::replace::replace_file(dir.as_fd(), STORE_FILE, mode, |copy| {
+        std::io::copy(&mut source, copy)?;
+        let db = open_db_file(copy.try_clone()?, &to)?;
+        let tx = db.begin_write().map_err(|e| err("begin", &to, e))?;
+        tx.delete_table(STAMPS).map_err(|e| err("stamps", &to, e))?;
+        tx.open_table(STAMPS).map_err(|e| err("stamps", &to, e))?;
+        tx.commit().map_err(|e| err("commit", &to, e))
+    })
 }
 
 #[cfg(test)]

@@ -229,27 +229,17 @@ fn append(path: &Path, records: &[&[u8]], sync: bool) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Replaces a log by `records`, atomically (temporary file, flush, rename).
-fn rewrite(path: &Path, records: &[&[u8]]) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
+/// Replaces the log `name` in the `.mirrorfs/` of the leg at `leg_root` by `records`,
+/// atomically ([`crate::sys::replace::replace_file`]: temporary file, fsync, rename, fsync of
+/// the folder). The folder must exist.
+fn rewrite(leg_root: &Path, name: &str, records: &[&[u8]]) -> std::io::Result<()> {
     let mut buf = Vec::new();
     for r in records {
         buf.extend_from_slice(r);
         buf.push(0);
     }
-    f.write_all(&buf)?;
-    f.sync_data()?;
-    std::fs::rename(&tmp, path)?;
-    if let Some(dir) = path.parent() {
-        std::fs::File::open(dir)?.sync_all()?;
-    }
-    Ok(())
+    let dir = super::open_meta_dir(leg_root, false)?;
+    crate::sys::replace::replace_file_with(&dir, name, 0o600, &buf)
 }
 
 /// A path that may differ between the legs, for as long as it is being changed.
@@ -1190,7 +1180,7 @@ impl ChangeLog {
         }
         let left = inner.records();
         for &l in legs {
-            if let Err(e) = rewrite(&log_path(&self.root(l), INTENT_LOG), &left) {
+            if let Err(e) = rewrite(&self.root(l), INTENT_LOG, &left) {
                 log::error!(
                     "cannot rewrite the intent log on '{}': {e}",
                     self.root(l).display()
@@ -1207,7 +1197,7 @@ impl ChangeLog {
         let inner = self.inner.lock();
         let now = inner.records();
         for &l in legs {
-            if let Err(e) = rewrite(&log_path(&self.root(l), INTENT_LOG), &now) {
+            if let Err(e) = rewrite(&self.root(l), INTENT_LOG, &now) {
                 log::error!(
                     "cannot write the intent log on '{}': {e}",
                     self.root(l).display()
@@ -1224,7 +1214,7 @@ impl ChangeLog {
         inner.by_path.clear();
         inner.covers.clear();
         for &l in legs {
-            if let Err(e) = rewrite(&log_path(&self.root(l), INTENT_LOG), &[]) {
+            if let Err(e) = rewrite(&self.root(l), INTENT_LOG, &[]) {
                 log::error!(
                     "cannot empty the intent log on '{}': {e}",
                     self.root(l).display()

@@ -27,17 +27,17 @@ pub fn path_of(fd: BorrowedFd<'_>) -> Result<std::path::PathBuf> {
         .map_err(crate::errno::Errno::from)
 }
 
-/// Opens a leg's root directory as an `O_PATH` descriptor.
-pub fn open_root(path: &Path) -> Result<OwnedFd> {
+/// `open(path, flags | O_CLOEXEC)`.
+fn open_by_path(path: &Path, flags: i32) -> Result<OwnedFd> {
     let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)?;
     // SAFETY: c is a valid C string.
-    let fd = check(unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    })?;
+    let fd = check(unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC) })?;
     Ok(owned(fd))
+}
+
+/// Opens a leg's root directory as an `O_PATH` descriptor.
+pub fn open_root(path: &Path) -> Result<OwnedFd> {
+    open_by_path(path, libc::O_PATH | libc::O_DIRECTORY)
 }
 
 /// `openat(dir, name, O_PATH | O_NOFOLLOW)`: a handle on the object itself, never a symlink's
@@ -395,6 +395,34 @@ pub fn access(fd: BorrowedFd<'_>, mask: i32) -> Result<()> {
     let p = proc_path(fd);
     // SAFETY: valid C string.
     check(unsafe { libc::faccessat(libc::AT_FDCWD, p.as_ptr(), mask, libc::AT_EACCESS) }).map(drop)
+}
+
+/// Opens the directory at `path` for reading (`O_DIRECTORY`), e.g. to flush it: a directory
+/// the user names (`status --output`'s) or the system's (`/run/mount`), not one on a leg,
+/// so a symlink to a directory is followed, as a path is; on a leg, [`open_dir_at`] from the
+/// leg's root.
+pub fn open_dir(path: &Path) -> Result<OwnedFd> {
+    open_by_path(path, libc::O_RDONLY | libc::O_DIRECTORY)
+}
+
+/// `openat(dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)`: the directory `name` in `dir`,
+/// opened for reading (and flushing), never through a symlink.
+pub fn open_dir_at(dir: BorrowedFd<'_>, name: &CStr) -> Result<OwnedFd> {
+    // SAFETY: name is a valid C string; dir is a live descriptor.
+    let fd = check(unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    })?;
+    Ok(owned(fd))
+}
+
+/// The file status flags of a descriptor (`fcntl(F_GETFL)`): its access mode, `O_PATH`, ...
+pub fn status_flags(fd: BorrowedFd<'_>) -> Result<i32> {
+    // SAFETY: no memory effects.
+    check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) })
 }
 
 /// A readable descriptor of a directory held as `O_PATH`.

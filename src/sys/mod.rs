@@ -15,6 +15,7 @@ pub mod fd;
 pub mod fusedev;
 pub mod host;
 pub mod mountinfo;
+pub mod replace;
 pub mod session;
 pub mod syslog;
 pub mod tree_support;
