@@ -215,6 +215,17 @@ pub fn signal(pid: libc::pid_t, sig: i32) {
     unsafe { libc::kill(pid, sig) };
 }
 
+/// Whether a process with id `pid` exists (signal 0: EPERM means it exists and is another
+/// user's). Ids above `pid_t`'s range exist never.
+pub fn process_alive(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: kill takes no pointers; signal 0 only checks.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || crate::errno::Errno::last() == crate::errno::Errno::EPERM
+}
+
 /// Waits until a termination signal arrives; returns its number.
 pub fn wait_for_termination_signal() -> i32 {
     let set = termination_signals();

@@ -32,7 +32,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// `dir` must be a directory opened for reading (not `O_PATH`: `fsync` refuses those; see
 /// [`fd::open_dir`] and [`fd::open_dir_at`]). `name` is a single component. A crash between
 /// steps 1 and 4 leaves the temporary file behind; its name carries the process id, so it is
-/// never reused by another writer, nor replaced.
+/// never reused by another writer, nor replaced, and the next replacement of `name` removes
+/// it once that process is gone ([`remove_stale`]).
 pub fn replace_file(
     dir: BorrowedFd<'_>,
     name: impl AsRef<OsStr>,
@@ -52,6 +53,7 @@ pub fn replace_file(
     if fd::status_flags(dir).map_err(io::Error::from)? & libc::O_PATH != 0 {
         return Err(io::Error::from_raw_os_error(libc::EBADF));
     }
+    remove_stale(dir, bytes);
     let (tmp, file) = create_temporary(dir, bytes, mode)?;
     let mut file = File::from(file);
     let written = write(&mut file)
@@ -63,6 +65,39 @@ pub fn replace_file(
         return Err(e);
     }
     fd::fsync(dir, false).map_err(io::Error::from)
+}
+
+/// Removes the temporary files of `name` that processes no longer running left in `dir` (a
+/// crash between the creation and the rename): `.NAME.PID.N.tmp` with PID neither this
+/// process nor any live one. Each replacement of a name tidies its own leftovers, so they
+/// never pile up; a file whose process is alive (or whose id was reused) is left alone.
+/// Best effort: a directory that cannot be listed is left as it is.
+fn remove_stale(dir: BorrowedFd<'_>, name: &[u8]) {
+    let Ok(entries) = std::fs::read_dir(OsStr::from_bytes(fd::proc_path(dir).as_bytes())) else {
+        return;
+    };
+    let me = std::process::id();
+    for e in entries.flatten() {
+        let file = e.file_name();
+        let Some(pid) = file
+            .as_bytes()
+            .strip_prefix(b".")
+            .and_then(|f| f.strip_prefix(name))
+            .and_then(|f| f.strip_prefix(b"."))
+            .and_then(|f| f.strip_suffix(b".tmp"))
+            .and_then(|f| std::str::from_utf8(f).ok())
+            .and_then(|f| f.split_once('.'))
+            .filter(|(_, n)| n.bytes().all(|b| b.is_ascii_digit()) && !n.is_empty())
+            .and_then(|(p, _)| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid != me && !super::process_alive(pid) {
+            if let Ok(c) = CString::new(file.as_bytes()) {
+                let _ = fd::unlink_at(dir, &c, false);
+            }
+        }
+    }
 }
 
 /// How many temporary files this process made.
@@ -206,6 +241,32 @@ mod tests {
         let e = replace_file_with(&opath, "f", 0o600, b"x").unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EBADF));
         assert_eq!(names(d.path()), ["sub"]);
+    }
+
+    #[test]
+    fn a_temporary_left_by_a_dead_process_is_removed_by_the_next_replacement() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = fd::open_dir(d.path()).unwrap();
+        // 4,194,304 is the highest pid_max: no process has these ids.
+        let dead = [".f.99999999.0.tmp", ".f.4194305.12.tmp"];
+        let kept = [
+            ".g.99999999.0.tmp".to_string(),              // another name's
+            ".f.99999999.x.tmp".to_string(),              // not our form
+            format!(".f.{}.999.tmp", std::process::id()), // this process's own
+            ".f.1.0.tmp".to_string(),                     // init's: alive
+        ];
+        for s in dead
+            .iter()
+            .map(|s| s.to_string())
+            .chain(kept.iter().cloned())
+        {
+            std::fs::write(d.path().join(s), b"left by a crash").unwrap();
+        }
+        replace_file_with(&dir, "f", 0o600, b"new").unwrap();
+        let mut want: Vec<String> = kept.to_vec();
+        want.push("f".into());
+        want.sort();
+        assert_eq!(names(d.path()), want);
     }
 
     #[test]
