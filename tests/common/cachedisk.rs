@@ -236,12 +236,22 @@ impl LoopDev {
         self.dev.trim_start_matches("/dev/")
     }
 
+    /// Detaches the device and waits (up to 20 s) until the kernel has let go of its file:
+    /// `losetup -d` only asks for it, and the release can wait for I/O still failing on a disk
+    /// whose power was cut; the disk's unmount after it would be busy.
     pub fn detach(&mut self) {
         if self.attached {
             self.attached = false;
             let out = run("losetup", &[&"-d", &self.dev], TOOL_TIMEOUT);
             if !out.status.success() {
                 eprintln!("warning: losetup -d {}: {}", self.dev, text(&out.stderr));
+            }
+            let backing = format!("/sys/block/{}/loop/backing_file", self.name());
+            if !wait_for(Duration::from_secs(20), || !Path::new(&backing).exists()) {
+                eprintln!(
+                    "warning: {} still holds its file 20 s after losetup -d",
+                    self.dev
+                );
             }
         }
     }

@@ -4,6 +4,10 @@
     power_cut.py run KIND DIR ACKS      runs until killed
     power_cut.py check KIND DIR ACKS    after the power came back; exit 0 when every
                                         acknowledged write is there and right
+    power_cut.py check-all MNT ACKSDIR R KIND,KIND...
+                                        the checks of rounds 0 to R (MNT/rR/KIND against
+                                        ACKSDIR/rR-KIND), one line each: `rR KIND acked=N
+                                        checked=N lost=N` (-1 when it could not check)
 
 DIR is on the mirrorfs mount. ACKS is a file outside the disks under test (the host's own
 filesystem, which the cut does not touch): a workload appends a line to it only once the
@@ -390,7 +394,24 @@ CHECK = {"append": check_append, "rename": check_rename, "sqlite": check_sqlite,
          "git": check_git, "randwrite": check_randwrite, "scribble": check_scribble}
 
 
+def check_all(mnt, acks_dir, last_round, kinds):
+    """Every round's checks up to last_round, in one process: MNT/r{R}/{KIND} against
+    ACKS/r{R}-{KIND}, one line each."""
+    for r in range(last_round + 1):
+        for kind in kinds:
+            try:
+                n, lost = CHECK[kind](os.path.join(mnt, f"r{r}", kind),
+                                      read_acks(os.path.join(acks_dir, f"r{r}-{kind}")))
+            except Exception as e:  # an unreadable file, a broken database: nothing checked
+                print(f"r{r} {kind}: {e!r}", file=sys.stderr)
+                n, lost = -1, -1
+            print(f"r{r} {kind} acked={n} checked={n} lost={lost}", flush=True)
+
+
 def main():
+    if len(sys.argv) == 6 and sys.argv[1] == "check-all":
+        check_all(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5].split(","))
+        return
     if len(sys.argv) != 5 or sys.argv[1] not in ("run", "check") or sys.argv[2] not in RUN:
         print(__doc__, file=sys.stderr)
         sys.exit(2)
