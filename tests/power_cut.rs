@@ -353,10 +353,12 @@ fn power_cuts(n_legs: usize, default_cuts: usize) {
     let (mut checksum_errors, mut damaged_files, mut differences) = (0u64, 0usize, 0usize);
     let (mut blocks_dropped, mut cuts_that_dropped) = (0usize, 0usize);
     for r in 0..cuts {
-        // In two rounds of three (by the seed) the workloads pause between their durable
-        // writes, up to 50 or 500 ms: with fsyncs back to back the disks are flushed every
-        // few ms, and a cut finds almost nothing unflushed.
-        let pace_ms = [0, 50, 500][rng.below(3) as usize];
+        // In three rounds of four (by the seed) the workloads pause between their durable
+        // writes, up to 50, 500 or 3,000 ms: each fsync through the mirror is an fsync on
+        // every leg and two cache flushes of its disk (ext4's commit), so with fsyncs back to
+        // back a cut finds almost nothing unflushed; in the long pauses only the scribbler
+        // writes, and its writes pile up on the disks unflushed.
+        let pace_ms = [0, 50, 500, 3000][rng.below(4) as usize];
         let mut workloads = start_workloads(&m, r, pace_ms);
         let delay = Duration::from_millis(800 + rng.below(2200));
         sleep(delay);
@@ -377,7 +379,7 @@ fn power_cuts(n_legs: usize, default_cuts: usize) {
         m.power_on(&seeds, false);
 
         let mut row = format!(
-            "cut {r:>2}  at {:>4} ms  pace {pace_ms:>3} ms  disk seeds {cut_seeds:?}  unflushed blocks dropped/kept {lost_blocks:?}\n",
+            "cut {r:>2}  at {:>4} ms  pace {pace_ms:>4} ms  disk seeds {cut_seeds:?}  unflushed blocks dropped/kept {lost_blocks:?}\n",
             delay.as_millis()
         );
         let (checked, said) = check_all(&m, r);

@@ -36,6 +36,7 @@ Each check prints one line: `KIND acked=N checked=N lost=N`.
 """
 
 import hashlib
+import mmap
 import os
 import random
 import sqlite3
@@ -355,16 +356,20 @@ def check_randwrite(d, acks):
 def run_scribble(d, acks_fd):
     """Writes without any fsync: what the legs' disks hold of it at the cut is whatever their
     writeback pushed out (the test limits the legs' dirty pages, so that it pushes all the
-    time) and what each disk kept of that. Nothing is acknowledged; the mirror's legs must
-    still come back identical, and every file readable without an error."""
+    time) and what each disk kept of that. O_DIRECT, so that each write reaches the daemon
+    and the legs at once instead of waiting in the mount's page cache. Nothing is
+    acknowledged; the mirror's legs must still come back identical, and every file readable
+    without an error."""
     rng = random.Random(int.from_bytes(os.urandom(8), "little"))
+    buf = mmap.mmap(-1, 65536)
     n = 0
     while True:
         name = os.path.join(d, f"s{rng.randrange(8)}")
-        fd = os.open(name, os.O_WRONLY | os.O_CREAT, 0o644)
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o644)
         if rng.randrange(16) == 0:
-            os.ftruncate(fd, rng.randrange(4 << 20))
-        os.pwrite(fd, payload("scribble", n, 65536), rng.randrange(64) * 65536)
+            os.ftruncate(fd, rng.randrange(64) * 65536)
+        buf[:] = payload("scribble", n, 65536)
+        os.pwrite(fd, buf, rng.randrange(64) * 65536)
         os.close(fd)
         n += 1
         if rng.randrange(64) == 0:
