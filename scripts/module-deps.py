@@ -22,8 +22,11 @@ from collections import defaultdict
 from pathlib import Path
 
 # Top to bottom; a module may use only modules of a later layer. Keep docs/architecture.md in step.
+# `cli` is the command (arguments, client subcommands); `daemon` is what runs in the mount's own
+# processes (startup, serving, the keeper, events, logging, notify, utab).
 LAYERS = [
     ["cli"],
+    ["daemon"],
     ["fuse"],
     ["fs"],
     ["recovery", "config"],

@@ -2,7 +2,7 @@
 //! and routes each read to the leg that will answer fastest.
 //!
 //! Layers, top to bottom (a module never imports one above it):
-//! `cli` → `fuse` → `fs` → `mirror` → {`policy`, `leg`, `meta`} → `sys`.
+//! `cli` → `daemon` → `fuse` → `fs` → `mirror` → {`policy`, `leg`, `meta`} → `sys`.
 //! See `docs/architecture.md`.
 
 #![deny(unsafe_code)]
@@ -10,6 +10,7 @@
 
 pub mod cli;
 pub mod config;
+pub(crate) mod daemon;
 pub mod errno;
 pub mod fs;
 pub mod fuse;

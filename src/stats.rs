@@ -490,7 +490,7 @@ mod tests {
     }
 }
 
-/// A document to render in the tests of the layers above (`cli/events.rs`,
+/// A document to render in the tests of the layers above (`daemon/events.rs`,
 /// `cli/prometheus.rs`): legs in the given states, the mount's state following from them.
 #[cfg(test)]
 pub(crate) mod fixture {

@@ -3,6 +3,7 @@
 //! shell completions (`mirrorfs completions`) and the man pages under `docs/man/` (written by
 //! `make man`, held to this by a unit test) all come from it.
 
+use crate::daemon::Args;
 use clap::{Args as ClapArgs, CommandFactory, Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -67,16 +68,6 @@ pub struct MountArgs {
     /// Where to mount the mirror.
     #[arg(value_name = "MOUNTPOINT", required = true)]
     pub mountpoint: Option<PathBuf>,
-}
-
-/// The mount form, parsed.
-#[derive(Debug)]
-pub struct Args {
-    pub foreground: bool,
-    pub debug: bool,
-    pub options: Vec<String>,
-    pub legs: String,
-    pub mountpoint: PathBuf,
 }
 
 /// How `status` prints.

@@ -1,33 +1,28 @@
-//! The `mirrorfs` command: parse, validate, daemonize, mount, serve.
+//! The `mirrorfs` command: its arguments, the client subcommands, and the mount form, which
+//! the daemon's runtime (`crate::daemon`) validates, mounts and serves.
 
 mod args;
 mod control;
-mod daemon;
-mod events;
 mod format;
 mod iostat;
-mod keeper;
-mod logging;
 mod man;
-mod notify;
 mod progress;
 mod prometheus;
 mod status;
 mod unmount;
-mod utab;
-mod validate;
 mod whereis;
 
-pub use args::{command, Args};
+pub use args::command;
 
+use crate::daemon::{self, Args};
 use args::{Parsed, ScrubCmd, Sub};
 
 /// Runs the command and returns the process exit status.
 pub fn run(argv: Vec<std::ffi::OsString>) -> i32 {
     // A server asking whether this program can take its session over (`mirrorfs restart
     // --binary`): the takeover format it speaks, and nothing else.
-    if std::env::var_os(keeper::ENV_PROBE).is_some() {
-        println!("{}", keeper::probe_answer());
+    if std::env::var_os(daemon::ENV_PROBE).is_some() {
+        println!("{}", daemon::probe_answer());
         return 0;
     }
     // Installed as umount(8)'s helper for the type (umount.fuse.mirrorfs, umount.mirrorfs).
@@ -137,12 +132,6 @@ fn mount_helper_args(
 
 /// The mount form: validate, then mount and serve.
 fn mount(args: &Args) -> i32 {
-    // A server a keeper started in the background logs where the keeper does.
-    if std::env::var_os(keeper::ENV_SYSLOG).is_some() {
-        logging::to_syslog(args.debug);
-    } else if args.foreground {
-        logging::to_stderr(args.debug);
-    }
     match daemon::start(args) {
         Ok(()) => 0,
         Err(lines) => {

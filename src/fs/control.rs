@@ -106,7 +106,7 @@ impl MirrorFs {
     }
 }
 
-/// What the keys and the daemon's event notifier (`cli/events.rs`) share: test events asked
+/// What the keys and the daemon's event notifier (`daemon/events.rs`) share: test events asked
 /// for with `user.mirrorfs.notify_test`, and the last event the notifier dispatched, which
 /// `user.mirrorfs.notify_last` shows (so `mirrorfs notify-test` can say what ran).
 #[derive(Default)]

@@ -16,7 +16,7 @@
 //! but recorded again by the successor (the kernel resends what was read and not answered)
 //! errs the same way.
 
-/// The format of the session log and of the keeper's messages (`cli/keeper.rs`): a successor
+/// The format of the session log and of the keeper's messages (`daemon/keeper.rs`): a successor
 /// must speak the same (`mirrorfs restart --binary` probes it). Bump it when either changes.
 pub const FORMAT: u32 = 1;
 

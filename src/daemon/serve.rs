@@ -123,10 +123,18 @@ fn server_args(args: &Args, p: &Prepared, cwd: &std::path::Path) -> Vec<std::ffi
     out
 }
 
-/// Runs the command: validates, then mounts and serves (forking first unless `-f`). With
-/// `keeper=on`, this process (or its forked child) keeps the session and a server it starts
-/// serves (`keeper.rs`); a server started that way serves with its link to the keeper.
+/// Runs the mount form: sends the log where it goes (stderr with `-f`, the system log for a
+/// server a background keeper started), validates, then mounts and serves (forking first
+/// unless `-f`). With `keeper=on`, this process (or its forked child) keeps the session and a
+/// server it starts serves (`keeper.rs`); a server started that way serves with its link to
+/// the keeper.
 pub fn start(args: &Args) -> Result<(), Vec<String>> {
+    // A server a keeper started in the background logs where the keeper does.
+    if std::env::var_os(super::keeper::ENV_SYSLOG).is_some() {
+        super::logging::to_syslog(args.debug);
+    } else if args.foreground {
+        super::logging::to_stderr(args.debug);
+    }
     let p = prepare(args)?;
     let link = super::keeper::Link::from_env();
     let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());

@@ -3,8 +3,8 @@
 //! As root, util-linux's umount takes a shortcut for a mount that has no utab entry: it asks
 //! statfs for the type, which for every FUSE mount says only `fuse`, and so never looks for
 //! `umount.fuse.mirrorfs` (the helper that waits for the daemon to release the legs, see
-//! `unmount.rs`). With an entry it reads the type from mountinfo, `fuse.mirrorfs`, and runs the
-//! helper. mount(8) writes such an entry only for a mount with userspace options (`x-*`), and a
+//! `cli/unmount.rs`). With an entry it reads the type from mountinfo, `fuse.mirrorfs`, and runs
+//! the helper. mount(8) writes such an entry only for a mount with userspace options (`x-*`), and a
 //! mirror started as `mirrorfs LEGS MNT` gets none; so the daemon writes its own once mounted
 //! (`SRC=... TARGET=... ROOT=/ OPTS=x-mirrorfs`, libmount's format, under libmount's lock file
 //! and replaced by a rename, as libmount does) and takes it out when it ends. (`mount --fake`

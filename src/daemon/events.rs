@@ -14,7 +14,7 @@
 
 use crate::config::MountConfig;
 use crate::fs::MirrorFs;
-use crate::stats::{JobState, LegState, MountState, ScanStats, Stats};
+use crate::stats::{IntegrityStats, JobState, LegState, LegStats, MountState, ScanStats, Stats};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -95,21 +95,35 @@ impl Watch {
     /// The events between the previous look and `now` (`tests`: test events asked for so
     /// far). The first look reports a mount that is not ONLINE, and legs below their reserve.
     pub fn look(&mut self, now: Stats, tests: u64) -> Vec<Event> {
+        let mut out = self.pending_errors(&now);
+        match self.prev.take() {
+            None => out.extend(first_look(&now)),
+            Some(prev) => out.extend(self.changes_since(&prev, &now)),
+        }
+        if let Some(ig) = &now.integrity {
+            out.extend(self.damaged_files(ig));
+            out.extend(self.diverged_files(ig));
+        }
+        out.extend(self.below_reserve(&now));
+        out.extend(self.test_events(tests));
+        for e in &mut out {
+            let mut v = mount_vars(&now);
+            v.append(&mut e.vars);
+            e.vars = v;
+        }
+        self.prev = Some(now);
+        out
+    }
+
+    /// `io_error`: the errors the last look held back, on each leg that is still in sync now
+    /// (a leg that failed meanwhile is reported as failed, not for its errors).
+    fn pending_errors(&mut self, now: &Stats) -> Vec<Event> {
         let mut out = Vec::new();
-        let mount_vars = |st: &Stats| {
-            vec![
-                ("MOUNT_STATE", st.state.as_str().to_string()),
-                ("LEGS_ONLINE", st.legs_online.to_string()),
-                ("LEGS_TOTAL", st.legs_total.to_string()),
-            ]
-        };
-        let mut leg_events = 0;
-        // Pending errors of a leg still in sync.
         let pending = std::mem::take(&mut self.pending_errors);
         for (i, n) in pending {
             if now.legs.get(i).is_some_and(|l| l.state == LegState::InSync) {
                 let l = &now.legs[i];
-                let mut vars = leg_vars(&now, i);
+                let mut vars = leg_vars(now, i);
                 vars.push(("COUNT", n.to_string()));
                 out.push(Event {
                     name: "io_error",
@@ -123,203 +137,125 @@ impl Watch {
                 });
             }
         }
-        match &self.prev {
-            None => {
-                if now.state != MountState::Online {
-                    out.push(Event {
-                        name: if now.state == MountState::Faulted {
-                            "faulted"
-                        } else {
-                            "degraded"
-                        },
-                        severity: Severity::Error,
-                        summary: format!(
-                            "mounted {}: {} of {} legs online",
-                            now.state, now.legs_online, now.legs_total
-                        ),
-                        leg: None,
-                        vars: Vec::new(),
-                    });
-                }
+        out
+    }
+
+    /// What changed since the previous look, leg by leg (each leg's state change, then its
+    /// repairs), then the mount's state (unless a leg's event already says it), the resync
+    /// and the scrub.
+    fn changes_since(&mut self, prev: &Stats, now: &Stats) -> Vec<Event> {
+        let mut out = Vec::new();
+        let mut leg_events = 0;
+        for i in 0..now.legs.len() {
+            let Some(p) = prev.legs.get(i) else { continue };
+            if let Some(e) = leg_state_change(now, i, p) {
+                leg_events += 1;
+                out.push(e);
             }
-            Some(prev) => {
-                for (i, l) in now.legs.iter().enumerate() {
-                    let Some(p) = prev.legs.get(i) else { continue };
-                    if p.state != l.state {
-                        let ev = match l.state {
-                            LegState::Failed => Some((
-                                "leg_failed",
-                                Severity::Error,
-                                format!(
-                                    "leg {} ({}) failed and was dropped; {} of {} legs online",
-                                    l.name, l.path, now.legs_online, now.legs_total
-                                ),
-                            )),
-                            LegState::Removed => Some((
-                                "leg_removed",
-                                Severity::Warning,
-                                format!("leg {} ({}) was removed from the mirror", l.name, l.path),
-                            )),
-                            _ => None,
-                        };
-                        if let Some((name, severity, summary)) = ev {
-                            leg_events += 1;
-                            out.push(Event {
-                                name,
-                                severity,
-                                summary,
-                                leg: Some(l.name.clone()),
-                                vars: leg_vars(&now, i),
-                            });
-                        }
-                    }
-                    // Errors beyond the repaired ones, on a leg that stays in sync.
-                    let errors = |x: &crate::stats::LegStats| x.read_errors + x.write_errors;
-                    let new_errors = errors(l).saturating_sub(errors(p));
-                    let repaired = l.read_repairs.saturating_sub(p.read_repairs);
-                    if repaired > 0 {
-                        let mut vars = leg_vars(&now, i);
-                        vars.push(("COUNT", repaired.to_string()));
-                        out.push(Event {
-                            name: "read_repaired",
-                            severity: Severity::Warning,
-                            summary: format!(
-                                "{repaired} read error(s) on leg {} ({}) answered from another leg and repaired",
-                                l.name, l.path
-                            ),
-                            leg: Some(l.name.clone()),
-                            vars,
-                        });
-                    }
-                    if new_errors > repaired && l.state == LegState::InSync {
-                        self.pending_errors.insert(i, new_errors - repaired);
-                    }
-                }
-                if prev.state != now.state && leg_events == 0 {
-                    let (name, severity) = match now.state {
-                        MountState::Online => ("online", Severity::Info),
-                        MountState::Degraded => ("degraded", Severity::Error),
-                        MountState::Faulted => ("faulted", Severity::Error),
-                    };
-                    out.push(Event {
-                        name,
-                        severity,
-                        summary: format!(
-                            "the mirror is {}: {} of {} legs online",
-                            now.state, now.legs_online, now.legs_total
-                        ),
-                        leg: None,
-                        vars: Vec::new(),
-                    });
-                }
-                if let Some(r) = &now.resync {
-                    let fresh = new_scan(prev.resync.as_ref(), r);
-                    let was_running =
-                        !fresh && prev.resync.as_ref().is_some_and(|p| p.state.is_running());
-                    if fresh {
-                        out.push(Event {
-                            name: "resync_started",
-                            severity: Severity::Info,
-                            summary: format!("resync of {} started", r.legs.join(", ")),
-                            leg: r.legs.first().cloned(),
-                            vars: scan_vars(r),
-                        });
-                    }
-                    if (fresh || was_running) && !r.state.is_running() {
-                        let ok = r.state == JobState::Finished;
-                        out.push(Event {
-                            name: "resync_finished",
-                            severity: if ok { Severity::Info } else { Severity::Error },
-                            summary: format!("resync of {} {}", r.legs.join(", "), r.state),
-                            leg: r.legs.first().cloned(),
-                            vars: scan_vars(r),
-                        });
-                    }
-                }
-                if let Some(s) = &now.scrub {
-                    let fresh = new_scan(prev.scrub.as_ref(), s);
-                    let was_running =
-                        !fresh && prev.scrub.as_ref().is_some_and(|p| p.state.is_running());
-                    if (fresh || was_running) && !s.state.is_running() {
-                        let clean =
-                            s.state == JobState::Finished && s.differences == 0 && s.errors == 0;
-                        out.push(Event {
-                            name: "scrub_finished",
-                            severity: if clean {
-                                Severity::Info
-                            } else if s.differences > s.repaired || s.errors > 0 {
-                                Severity::Error
-                            } else {
-                                Severity::Warning
-                            },
-                            summary: format!(
-                                "scrub {}: {} differences, {} repaired, {} errors",
-                                s.state, s.differences, s.repaired, s.errors
-                            ),
-                            leg: None,
-                            vars: scan_vars(s),
-                        });
-                    }
-                }
-            }
+            out.extend(self.leg_errors(now, i, p));
         }
-        // Checksums: a file no leg holds as written (permanent error), or a copy changed behind
-        // the mirror's back; once per file until the list is cleared.
-        if let Some(ig) = &now.integrity {
-            let damaged: std::collections::BTreeSet<String> =
-                ig.damaged.iter().map(|d| d.path.clone()).collect();
-            for d in ig
-                .damaged
-                .iter()
-                .filter(|d| !self.damaged_seen.contains(&d.path))
-            {
-                let ranges: Vec<String> = d
-                    .ranges
-                    .iter()
-                    .map(|[o, l]| format!("{o}..{}", o + l))
-                    .collect();
-                out.push(Event {
-                    name: "permanent_error",
-                    severity: Severity::Error,
-                    summary: format!(
-                        "{}: no leg holds bytes {} as written; reads there fail with EIO \
-                         (mirrorfs status lists it)",
-                        d.path,
-                        ranges.join(", ")
-                    ),
-                    leg: None,
-                    vars: vec![("FILE", d.path.clone()), ("RANGES", ranges.join(","))],
-                });
-            }
-            self.damaged_seen = damaged;
-            let diverged: std::collections::BTreeSet<String> =
-                ig.diverged.iter().map(|d| d.path.clone()).collect();
-            for d in ig
-                .diverged
-                .iter()
-                .filter(|d| !self.diverged_seen.contains(&d.path))
-            {
-                out.push(Event {
-                    name: "diverged",
-                    severity: Severity::Warning,
-                    summary: format!(
-                        "{}: its copy on {} was changed behind the mirror's back; not repaired",
-                        d.path,
-                        d.legs.join(", ")
-                    ),
-                    leg: d.legs.first().cloned(),
-                    vars: vec![("FILE", d.path.clone()), ("LEGS", d.legs.join(","))],
-                });
-            }
-            self.diverged_seen = diverged;
+        if leg_events == 0 {
+            out.extend(mount_state_change(prev, now));
         }
-        // Free space under the reserve: once, until it is above again.
+        out.extend(resync_events(prev, now));
+        out.extend(scrub_finished(prev, now));
+        out
+    }
+
+    /// `read_repaired`: read errors on leg `i` since `p` (its previous figures) that another
+    /// leg answered and that were repaired. Errors beyond the repaired ones, on a leg that
+    /// stays in sync, are held for the next look (`io_error`, [`Watch::pending_errors`]).
+    fn leg_errors(&mut self, now: &Stats, i: usize, p: &LegStats) -> Option<Event> {
+        let l = &now.legs[i];
+        let errors = |x: &LegStats| x.read_errors + x.write_errors;
+        let new_errors = errors(l).saturating_sub(errors(p));
+        let repaired = l.read_repairs.saturating_sub(p.read_repairs);
+        if new_errors > repaired && l.state == LegState::InSync {
+            self.pending_errors.insert(i, new_errors - repaired);
+        }
+        if repaired == 0 {
+            return None;
+        }
+        let mut vars = leg_vars(now, i);
+        vars.push(("COUNT", repaired.to_string()));
+        Some(Event {
+            name: "read_repaired",
+            severity: Severity::Warning,
+            summary: format!(
+                "{repaired} read error(s) on leg {} ({}) answered from another leg and repaired",
+                l.name, l.path
+            ),
+            leg: Some(l.name.clone()),
+            vars,
+        })
+    }
+
+    /// `permanent_error`: each file no leg holds as written, once until the list no longer
+    /// names it (checksums, docs/integrity.md).
+    fn damaged_files(&mut self, ig: &IntegrityStats) -> Vec<Event> {
+        let mut out = Vec::new();
+        for d in ig
+            .damaged
+            .iter()
+            .filter(|d| !self.damaged_seen.contains(&d.path))
+        {
+            let ranges: Vec<String> = d
+                .ranges
+                .iter()
+                .map(|[o, l]| format!("{o}..{}", o + l))
+                .collect();
+            out.push(Event {
+                name: "permanent_error",
+                severity: Severity::Error,
+                summary: format!(
+                    "{}: no leg holds bytes {} as written; reads there fail with EIO \
+                     (mirrorfs status lists it)",
+                    d.path,
+                    ranges.join(", ")
+                ),
+                leg: None,
+                vars: vec![("FILE", d.path.clone()), ("RANGES", ranges.join(","))],
+            });
+        }
+        self.damaged_seen = ig.damaged.iter().map(|d| d.path.clone()).collect();
+        out
+    }
+
+    /// `diverged`: each file whose copy on some leg was changed behind the mirror's back, once
+    /// until the list no longer names it.
+    fn diverged_files(&mut self, ig: &IntegrityStats) -> Vec<Event> {
+        let mut out = Vec::new();
+        for d in ig
+            .diverged
+            .iter()
+            .filter(|d| !self.diverged_seen.contains(&d.path))
+        {
+            out.push(Event {
+                name: "diverged",
+                severity: Severity::Warning,
+                summary: format!(
+                    "{}: its copy on {} was changed behind the mirror's back; not repaired",
+                    d.path,
+                    d.legs.join(", ")
+                ),
+                leg: d.legs.first().cloned(),
+                vars: vec![("FILE", d.path.clone()), ("LEGS", d.legs.join(","))],
+            });
+        }
+        self.diverged_seen = ig.diverged.iter().map(|d| d.path.clone()).collect();
+        out
+    }
+
+    /// `below_reserve`: each in-sync leg whose free space fell under its reserve, once until it
+    /// is above again.
+    fn below_reserve(&mut self, now: &Stats) -> Vec<Event> {
+        let mut out = Vec::new();
         self.below.resize(now.legs.len(), false);
         for (i, l) in now.legs.iter().enumerate() {
             let below =
                 l.state == LegState::InSync && l.free_bytes.is_some_and(|f| f < l.reserve_bytes);
             if below && !self.below[i] {
-                let mut vars = leg_vars(&now, i);
+                let mut vars = leg_vars(now, i);
                 vars.push(("FREE_BYTES", l.free_bytes.unwrap_or(0).to_string()));
                 vars.push(("RESERVE_BYTES", l.reserve_bytes.to_string()));
                 out.push(Event {
@@ -338,24 +274,166 @@ impl Watch {
             }
             self.below[i] = below;
         }
-        for _ in self.tests..tests {
-            out.push(Event {
+        out
+    }
+
+    /// `test`: one per test event asked for (`mirrorfs notify-test`) since the previous look;
+    /// `tests` counts those asked for so far.
+    fn test_events(&mut self, tests: u64) -> Vec<Event> {
+        let out = (self.tests..tests)
+            .map(|_| Event {
                 name: "test",
                 severity: Severity::Info,
                 summary: "a test event (mirrorfs notify-test)".into(),
                 leg: None,
                 vars: Vec::new(),
-            });
-        }
+            })
+            .collect();
         self.tests = tests;
-        for e in &mut out {
-            let mut v = mount_vars(&now);
-            v.append(&mut e.vars);
-            e.vars = v;
-        }
-        self.prev = Some(now);
         out
     }
+}
+
+/// The variables of the mount's state, which every event carries first.
+fn mount_vars(st: &Stats) -> Vec<(&'static str, String)> {
+    vec![
+        ("MOUNT_STATE", st.state.as_str().to_string()),
+        ("LEGS_ONLINE", st.legs_online.to_string()),
+        ("LEGS_TOTAL", st.legs_total.to_string()),
+    ]
+}
+
+/// At the first look: `degraded` or `faulted` when the mount did not come up ONLINE.
+fn first_look(now: &Stats) -> Option<Event> {
+    if now.state == MountState::Online {
+        return None;
+    }
+    Some(Event {
+        name: if now.state == MountState::Faulted {
+            "faulted"
+        } else {
+            "degraded"
+        },
+        severity: Severity::Error,
+        summary: format!(
+            "mounted {}: {} of {} legs online",
+            now.state, now.legs_online, now.legs_total
+        ),
+        leg: None,
+        vars: Vec::new(),
+    })
+}
+
+/// `leg_failed` or `leg_removed`: leg `i` went to that state since `p` (its previous figures).
+fn leg_state_change(now: &Stats, i: usize, p: &LegStats) -> Option<Event> {
+    let l = &now.legs[i];
+    if p.state == l.state {
+        return None;
+    }
+    let (name, severity, summary) = match l.state {
+        LegState::Failed => (
+            "leg_failed",
+            Severity::Error,
+            format!(
+                "leg {} ({}) failed and was dropped; {} of {} legs online",
+                l.name, l.path, now.legs_online, now.legs_total
+            ),
+        ),
+        LegState::Removed => (
+            "leg_removed",
+            Severity::Warning,
+            format!("leg {} ({}) was removed from the mirror", l.name, l.path),
+        ),
+        _ => return None,
+    };
+    Some(Event {
+        name,
+        severity,
+        summary,
+        leg: Some(l.name.clone()),
+        vars: leg_vars(now, i),
+    })
+}
+
+/// `online`, `degraded` or `faulted`: the mount's state changed since `prev`.
+fn mount_state_change(prev: &Stats, now: &Stats) -> Option<Event> {
+    if prev.state == now.state {
+        return None;
+    }
+    let (name, severity) = match now.state {
+        MountState::Online => ("online", Severity::Info),
+        MountState::Degraded => ("degraded", Severity::Error),
+        MountState::Faulted => ("faulted", Severity::Error),
+    };
+    Some(Event {
+        name,
+        severity,
+        summary: format!(
+            "the mirror is {}: {} of {} legs online",
+            now.state, now.legs_online, now.legs_total
+        ),
+        leg: None,
+        vars: Vec::new(),
+    })
+}
+
+/// `resync_started` for a resync new since `prev`, and `resync_finished` for one that ended
+/// since (both, for one that started and ended between two looks).
+fn resync_events(prev: &Stats, now: &Stats) -> Vec<Event> {
+    let mut out = Vec::new();
+    let Some(r) = &now.resync else {
+        return out;
+    };
+    let fresh = new_scan(prev.resync.as_ref(), r);
+    let was_running = !fresh && prev.resync.as_ref().is_some_and(|p| p.state.is_running());
+    if fresh {
+        out.push(Event {
+            name: "resync_started",
+            severity: Severity::Info,
+            summary: format!("resync of {} started", r.legs.join(", ")),
+            leg: r.legs.first().cloned(),
+            vars: scan_vars(r),
+        });
+    }
+    if (fresh || was_running) && !r.state.is_running() {
+        let ok = r.state == JobState::Finished;
+        out.push(Event {
+            name: "resync_finished",
+            severity: if ok { Severity::Info } else { Severity::Error },
+            summary: format!("resync of {} {}", r.legs.join(", "), r.state),
+            leg: r.legs.first().cloned(),
+            vars: scan_vars(r),
+        });
+    }
+    out
+}
+
+/// `scrub_finished`: a scrub ended since `prev`; info when it found nothing, a warning when it
+/// repaired every difference, an error when some stay or it counted errors.
+fn scrub_finished(prev: &Stats, now: &Stats) -> Option<Event> {
+    let s = now.scrub.as_ref()?;
+    let fresh = new_scan(prev.scrub.as_ref(), s);
+    let was_running = !fresh && prev.scrub.as_ref().is_some_and(|p| p.state.is_running());
+    if !(fresh || was_running) || s.state.is_running() {
+        return None;
+    }
+    let clean = s.state == JobState::Finished && s.differences == 0 && s.errors == 0;
+    Some(Event {
+        name: "scrub_finished",
+        severity: if clean {
+            Severity::Info
+        } else if s.differences > s.repaired || s.errors > 0 {
+            Severity::Error
+        } else {
+            Severity::Warning
+        },
+        summary: format!(
+            "scrub {}: {} differences, {} repaired, {} errors",
+            s.state, s.differences, s.repaired, s.errors
+        ),
+        leg: None,
+        vars: scan_vars(s),
+    })
 }
 
 /// Where events go, and the rate limit's memory.
@@ -724,6 +802,68 @@ mod tests {
                 0
             )
             .is_empty());
+    }
+
+    #[test]
+    fn a_scrub_that_ended_is_graded_by_what_it_left() {
+        let ok = || stats(vec![leg("a", LegState::InSync), leg("b", LegState::InSync)]);
+        let mut prev = ok();
+        prev.scrub = Some(scan(JobState::Running, 200));
+        let ended = |f: &dyn Fn(&mut ScanStats)| {
+            let mut s = scan(JobState::Finished, 200);
+            f(&mut s);
+            let mut now = ok();
+            now.scrub = Some(s);
+            scrub_finished(&prev, &now).map(|e| e.severity)
+        };
+        assert_eq!(ended(&|_| {}), Some(Severity::Info), "nothing found");
+        let repaired = |s: &mut ScanStats| {
+            s.differences = 2;
+            s.repaired = 2;
+        };
+        assert_eq!(ended(&repaired), Some(Severity::Warning), "all repaired");
+        let left = |s: &mut ScanStats| {
+            s.differences = 2;
+            s.repaired = 1;
+        };
+        assert_eq!(ended(&left), Some(Severity::Error), "some left");
+        assert_eq!(ended(&|s| s.errors = 1), Some(Severity::Error), "errors");
+        let cancelled = |s: &mut ScanStats| s.state = JobState::Cancelled;
+        assert_eq!(ended(&cancelled), Some(Severity::Warning));
+        // Still running, or the same scrub already reported: nothing.
+        assert_eq!(ended(&|s| s.state = JobState::Running), None);
+        assert_eq!(scrub_finished(&prev, &prev), None);
+        let mut done = ok();
+        done.scrub = Some(scan(JobState::Finished, 200));
+        assert_eq!(scrub_finished(&done, &done), None, "reported once");
+    }
+
+    #[test]
+    fn a_leg_removed_is_a_warning_and_a_leg_back_in_sync_no_leg_event() {
+        let before = stats(vec![leg("a", LegState::InSync), leg("b", LegState::InSync)]);
+        let mut now = before.clone();
+        now.legs[1].state = LegState::Removed;
+        let e = leg_state_change(&now, 1, &before.legs[1]).unwrap();
+        assert_eq!((e.name, e.severity), ("leg_removed", Severity::Warning));
+        assert_eq!(e.leg.as_deref(), Some("b"));
+        assert!(leg_state_change(&now, 0, &before.legs[0]).is_none());
+        let mut stale = before.clone();
+        stale.legs[1].state = LegState::Stale;
+        assert!(leg_state_change(&before, 1, &stale.legs[1]).is_none());
+    }
+
+    #[test]
+    fn a_resync_that_failed_is_an_error() {
+        let ok = stats(vec![leg("a", LegState::InSync), leg("b", LegState::Stale)]);
+        let mut running = ok.clone();
+        running.resync = Some(scan(JobState::Running, 100));
+        assert_eq!(names(&resync_events(&ok, &running)), ["resync_started"]);
+        let mut failed = ok.clone();
+        failed.resync = Some(scan(JobState::Failed("no space".into()), 100));
+        let e = resync_events(&running, &failed);
+        assert_eq!(names(&e), ["resync_finished"]);
+        assert_eq!(e[0].severity, Severity::Error);
+        assert!(resync_events(&failed, &failed).is_empty(), "reported once");
     }
 
     #[test]
