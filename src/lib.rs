@@ -1,9 +1,10 @@
 //! mirrorfs: a FUSE filesystem that keeps every file on several backing directories ("legs")
 //! and routes each read to the leg that will answer fastest.
 //!
-//! Layers, top to bottom (a module never imports one above it):
-//! `cli` → `daemon` → `fuse` → `fs` → `mirror` → {`policy`, `leg`, `meta`} → `sys`.
-//! See `docs/architecture.md`.
+//! Layers, top to bottom (a module never imports one above it, nor one beside it):
+//! `cli` → `daemon` → `fuse` → `fs` → {`recovery`, `config`} → {`mirror`, `stats`} →
+//! `integrity` → `meta` → {`tree`, `leg`, `policy`} → `sys` → {`errno`, `value`}.
+//! `scripts/module-deps.py` checks it; see `docs/architecture.md`.
 
 #![deny(unsafe_code)]
 #![deny(clippy::undocumented_unsafe_blocks)]
