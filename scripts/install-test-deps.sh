@@ -21,10 +21,15 @@ export DEBIAN_FRONTEND=noninteractive
 # metrics test; systemd: systemd-analyze verify for the units under contrib/; man-db: man -l on
 # the generated man pages; xz-utils: the .deb's compression (make deb); mergerfs: the other
 # FUSE filesystem bench/datapath.sh (make bench-smoke) measures mirrorfs against; strace: which
-# calls `ls -l` makes (tests/ops_xattrs.rs, selinux_xattr=).
+# calls `ls -l` makes (tests/ops_xattrs.rs, selinux_xattr=); sshfs, openssh-server,
+# openssh-client and iproute2: tests/remote_sshfs.rs mounts a real sshfs leg from an sshd of its
+# own in a network namespace (ip netns, a veth pair). The sshd it starts is its own, on a
+# private address in that namespace: the package's system sshd is not needed, and is not
+# started here (no init system starts it in a container; see policy-rc.d below).
 packages=(fuse3 attr acl fio rsync sqlite3 git make gcc libc6-dev psmisc ca-certificates
     e2fsprogs util-linux btrfs-progs jq python3 xz-utils
-    python3-prometheus-client systemd man-db bash mergerfs strace)
+    python3-prometheus-client systemd man-db bash mergerfs strace
+    sshfs openssh-server openssh-client iproute2)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -32,7 +37,17 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
     echo "install-test-deps: apt-get install ${missing[*]}"
     apt-get update -qq
+    # openssh-server's postinst starts the system sshd through invoke-rc.d where it can: on a
+    # machine without one, a policy-rc.d that refuses (101) keeps it from starting for this
+    # install only (an existing policy-rc.d is left as it is).
+    policy=
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        policy=/usr/sbin/policy-rc.d
+        printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy"
+        trap 'rm -f "$policy"' EXIT
+    fi
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    if [ -n "$policy" ]; then rm -f "$policy"; trap - EXIT; fi
 else
     echo "install-test-deps: Debian packages present"
 fi

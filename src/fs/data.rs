@@ -387,7 +387,18 @@ impl MirrorFs {
             return Ok(());
         }
         let r = match self.handles.file(fh) {
-            Ok(h) => self.align_mtimes(&h),
+            Ok(h) => {
+                let r = self.align_mtimes(&h);
+                // The descriptors on legs out of the mirror are not closed here: on a leg
+                // that hangs, the close would wait for it (see `close_elsewhere`).
+                for leg in h.legs() {
+                    if !self.mirror.leg(leg).is_in_sync() {
+                        let fd = h.attach(leg, None);
+                        super::handle::close_elsewhere(leg, fd.into_iter().collect());
+                    }
+                }
+                r
+            }
             Err(e) => Err(e),
         };
         self.handles.remove(fh);

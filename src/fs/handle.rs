@@ -200,11 +200,35 @@ impl OpenFile {
     }
 
     /// Gives the handle a (new) descriptor on `leg` (a leg that joined after the open), or
-    /// none.
-    pub fn attach(&self, leg: LegIdx, fd: Option<(OwnedFd, bool)>) {
-        if let Some(cell) = self.fds.get(leg) {
-            *cell.write() = Slot::from(fd);
+    /// none. Returns the descriptor it had, for the caller to close out of the slot's lock:
+    /// closing a file on a FUSE leg (sshfs) sends FLUSH and waits for the leg's server, which
+    /// may hang, and every read and write of the file takes that lock.
+    pub fn attach(&self, leg: LegIdx, fd: Option<(OwnedFd, bool)>) -> Option<Arc<LegFd>> {
+        let cell = self.fds.get(leg)?;
+        match std::mem::replace(&mut *cell.write(), Slot::from(fd)) {
+            Slot::Open(old) => Some(old),
+            Slot::Later | Slot::Absent => None,
         }
+    }
+}
+
+/// Closes descriptors of a leg out of the mirror on a thread of their own: on a leg that
+/// hangs (a FUSE leg whose server stopped answering) each close waits for the server (FLUSH),
+/// and neither the sweeper nor a request the mount serves must wait with it. Closed here if no
+/// thread can be had.
+pub fn close_elsewhere(leg: LegIdx, fds: Vec<Arc<LegFd>>) {
+    if fds.is_empty() {
+        return;
+    }
+    let n = fds.len();
+    let spawned = std::thread::Builder::new()
+        .name(format!("leg{leg}-close"))
+        .spawn(move || {
+            drop(fds);
+            log::info!("leg {leg}: {n} descriptor(s) of a leg out of the mirror closed");
+        });
+    if let Err(e) = spawned {
+        log::warn!("leg {leg}: no thread to close its descriptors on ({e}): closed in place");
     }
 }
 

@@ -114,8 +114,12 @@ impl LiveObjects for Live {
             }
         }
         self.inodes.detach_leg(leg);
-        for h in self.handles.open_files() {
-            h.attach(leg, None);
-        }
+        let open: Vec<_> = self
+            .handles
+            .open_files()
+            .iter()
+            .filter_map(|h| h.attach(leg, None))
+            .collect();
+        super::handle::close_elsewhere(leg, open);
     }
 }

@@ -209,6 +209,13 @@ impl Drop for InflightGuard<'_> {
     }
 }
 
+/// Flushes the filesystem of a leg's root (`syncfs`).
+pub fn flush_root(root: std::os::fd::BorrowedFd<'_>) -> Result<()> {
+    // syncfs refuses O_PATH descriptors: open the root for reading.
+    let d = sys::fd::reopen(root, libc::O_RDONLY | libc::O_DIRECTORY)?;
+    sys::fd::syncfs(d.as_fd())
+}
+
 impl Leg {
     /// Whether a read of this leg may wait for something other than a local disk: a leg
     /// with no block device under it (a FUSE, network or memory filesystem), whose reads a
@@ -319,10 +326,7 @@ impl Leg {
 
     /// Flushes the leg's whole filesystem to stable storage (`syncfs`).
     pub fn flush(&self) -> Result<()> {
-        // syncfs refuses O_PATH descriptors: open the root for reading.
-        let root = self.root()?;
-        let d = sys::fd::reopen(root.as_fd(), libc::O_RDONLY | libc::O_DIRECTORY)?;
-        sys::fd::syncfs(d.as_fd())
+        flush_root(self.root()?.as_fd())
     }
 
     /// Points the leg at another directory (`mirrorfs leg replace`): its root is opened

@@ -227,6 +227,17 @@ impl Mirror {
         Ok(())
     }
 
+    /// Flushes leg `l`'s filesystem (syncfs) within `leg_timeout`, as an fsync: a leg that
+    /// hangs is dropped, and the sweep does not wait for it.
+    fn flush_leg(&self, l: LegIdx) -> Result<()> {
+        let root = self.legs[l].root()?;
+        self.timed(
+            l,
+            "flush",
+            Box::new(move || crate::leg::flush_root(std::os::fd::AsFd::as_fd(&*root))),
+        )
+    }
+
     /// Measures the free space of leg `l` (within `leg_timeout`): the bytes available.
     fn measure_space(&self, l: LegIdx) -> Result<u64> {
         let root = self.legs[l].root()?;
@@ -663,7 +674,7 @@ impl Mirror {
             return;
         }
         for &l in &legs {
-            if let Err(e) = self.legs[l].flush() {
+            if let Err(e) = self.flush_leg(l) {
                 log::error!("cannot flush '{}': {e}", self.legs[l].path().display());
                 return;
             }
