@@ -257,20 +257,7 @@ fn power_cut_under_ext4(keep: &str) {
         &["--seed", "1", "--keep-fraction", keep, "--trace"],
     );
     let mut lo = LoopDev::attach(&disk.disk());
-    let mkfs = run(
-        "mkfs.ext4",
-        &[
-            &"-q",
-            &"-F",
-            &"-b",
-            &"4096",
-            &"-E",
-            &"lazy_itable_init=0,lazy_journal_init=0",
-            &lo.dev,
-        ],
-        Duration::from_secs(120),
-    );
-    assert!(mkfs.status.success(), "mkfs.ext4: {}", text(&mkfs.stderr));
+    mkfs_ext4(&lo.dev);
     let ext = tmp.path().join("ext");
     let mut fs4 = MountGuard::mount(&lo.dev, &ext, "commit=600");
 

@@ -125,20 +125,7 @@ impl Machine {
             let lo = LoopDev::attach(&disk.disk());
             limit_dirty(&lo);
             if first {
-                let out = run(
-                    "mkfs.ext4",
-                    &[
-                        &"-q",
-                        &"-F",
-                        &"-b",
-                        &"4096",
-                        &"-E",
-                        &"lazy_itable_init=0,lazy_journal_init=0",
-                        &lo.dev,
-                    ],
-                    TOOL_TIMEOUT,
-                );
-                assert!(out.status.success(), "mkfs.ext4: {}", text(&out.stderr));
+                mkfs_ext4(&lo.dev);
             }
             let fs = MountGuard::mount(&lo.dev, &self.p(&format!("fs{i}")), "rw");
             if first {

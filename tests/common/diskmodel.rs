@@ -86,15 +86,7 @@ impl Drop for ModelLeg {
             let _ = umount2(&self.mnt, libc::MNT_DETACH);
         }
         if let Some(mut c) = self.child.take() {
-            let t = Instant::now();
-            while t.elapsed() < Duration::from_secs(5) {
-                if let Ok(Some(_)) = c.try_wait() {
-                    return;
-                }
-                sleep(Duration::from_millis(20));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
+            end_child(&mut c, Duration::from_secs(5));
         }
     }
 }

@@ -628,6 +628,21 @@ pub fn wait_timeout(child: &mut Child, timeout: Duration, what: &str) -> ExitSta
     }
 }
 
+/// Gives a child that was asked to end (its mount unmounted, a signal sent) `grace` to exit,
+/// then kills it. Whether it exited by itself.
+pub fn end_child(child: &mut Child, grace: Duration) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < grace {
+        if let Ok(Some(_)) = child.try_wait() {
+            return true;
+        }
+        sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    false
+}
+
 /// Run a command with a timeout, capturing stdout and stderr.
 pub fn run_timeout(cmd: &mut Command, timeout: Duration) -> Output {
     let what = format!("{cmd:?}");
