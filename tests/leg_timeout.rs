@@ -11,51 +11,10 @@ use common::*;
 use mirrorfs::stats::{LegState, MountState};
 use std::ffi::OsStr;
 use std::fs::{self, File};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 const TIMEOUT_S: f64 = 2.0;
-
-/// fio's job: random 4 KiB reads and writes on a 32 MiB file, 10 s, crc32c-verified reads of
-/// what it wrote, with its JSON report in `out`.
-fn fio(file: &Path, out: &Path) -> std::process::Child {
-    Command::new("fio")
-        .args([
-            "--name=hang",
-            "--rw=randrw",
-            "--bs=4k",
-            "--size=32m",
-            "--ioengine=psync",
-            "--time_based",
-            "--runtime=10",
-            "--rate=4m,4m",
-            "--verify=crc32c",
-            "--verify_state_save=0",
-            "--output-format=json",
-        ])
-        .arg(format!("--filename={}", file.display()))
-        .arg(format!("--output={}", out.display()))
-        .current_dir(out.parent().unwrap())
-        .stdin(Stdio::null())
-        .stderr(File::create(out.with_extension("err")).unwrap())
-        .spawn()
-        .expect("spawn fio")
-}
-
-/// The slowest read and write fio saw, in seconds, and its error count.
-fn fio_worst(out: &Path) -> (f64, f64, u64) {
-    let text = fs::read_to_string(out).unwrap_or_default();
-    let json = &text[text.find('{').expect("fio's JSON report")..];
-    let v: serde_json::Value = serde_json::from_str(json).expect("fio's JSON report");
-    let job = &v["jobs"][0];
-    let max = |dir: &str| job[dir]["lat_ns"]["max"].as_f64().unwrap_or(0.0) / 1e9;
-    (
-        max("read"),
-        max("write"),
-        job["error"].as_u64().unwrap_or(1),
-    )
-}
 
 #[test]
 fn a_hanging_leg_is_dropped_within_the_timeout_and_resynced_once_it_answers() {
@@ -74,7 +33,7 @@ fn a_hanging_leg_is_dropped_within_the_timeout_and_resynced_once_it_answers() {
         "2"
     );
     let out = tmp.path().join("fio.json");
-    let mut job = fio(&mnt.join("fio.dat"), &out);
+    let mut job = fio_randrw_job(&mnt.join("fio.dat"), &out, 10, &[]);
     // Well into the run: fio's file is laid out and both legs serve.
     assert!(wait_for(Duration::from_secs(60), || stats(&mnt).legs[1]
         .write_bytes

@@ -347,51 +347,10 @@ impl Drop for Sshfs {
 // fio
 // ---------------------------------------------------------------------------------------------
 
-/// fio's job: random 4 KiB reads and writes on a 32 MiB file for `secs`, crc32c-verified reads
-/// of what it wrote, 4 MiB/s each way, its JSON report in `out` (as leg_timeout.rs).
+/// fio's job as leg_timeout.rs runs it, for `secs`: sshfs has no fallocate, and the mirror
+/// drops a leg that cannot do what the other did (see FALLOCATE_NONE).
 fn fio(file: &Path, out: &Path, secs: u32) -> Child {
-    Command::new("fio")
-        .args([
-            "--name=remote",
-            "--rw=randrw",
-            "--bs=4k",
-            "--size=32m",
-            "--ioengine=psync",
-            "--time_based",
-            "--rate=4m,4m",
-            "--verify=crc32c",
-            "--verify_state_save=0",
-            // sshfs has no fallocate: the mirror drops a leg that cannot do what the other
-            // did (see FALLOCATE_NONE).
-            FALLOCATE_NONE,
-            "--output-format=json",
-        ])
-        .arg(format!("--runtime={secs}"))
-        .arg(format!("--filename={}", file.display()))
-        .arg(format!("--output={}", out.display()))
-        .current_dir(out.parent().unwrap())
-        .stdin(Stdio::null())
-        .stderr(File::create(out.with_extension("err")).unwrap())
-        .spawn()
-        .expect("spawn fio")
-}
-
-fn fio_json(out: &Path) -> serde_json::Value {
-    let text = fs::read_to_string(out).unwrap_or_default();
-    let json = &text[text.find('{').expect("fio's JSON report")..];
-    serde_json::from_str(json).expect("fio's JSON report")
-}
-
-/// The slowest read and write fio saw (total latency, s), and its error count.
-fn fio_worst(out: &Path) -> (f64, f64, u64) {
-    let v = fio_json(out);
-    let job = &v["jobs"][0];
-    let max = |dir: &str| job[dir]["lat_ns"]["max"].as_f64().unwrap_or(0.0) / 1e9;
-    (
-        max("read"),
-        max("write"),
-        job["error"].as_u64().unwrap_or(1),
-    )
+    fio_randrw_job(file, out, secs, &[FALLOCATE_NONE])
 }
 
 /// MB/s of a 1 MiB sequential write of 48 MiB into `dir`, fsynced at the end.

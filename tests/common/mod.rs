@@ -628,6 +628,55 @@ pub fn wait_timeout(child: &mut Child, timeout: Duration, what: &str) -> ExitSta
     }
 }
 
+/// fio's job for a leg that hangs or dies (`leg_timeout.rs`, `remote_sshfs.rs`): random 4 KiB
+/// reads and writes on a 32 MiB file for `secs`, 4 MiB/s each way, reads checked against what
+/// it wrote (crc32c), `extra` arguments after those, its JSON report in `out` (stderr beside
+/// it, `.err`).
+pub fn fio_randrw_job(file: &Path, out: &Path, secs: u32, extra: &[&str]) -> Child {
+    Command::new("fio")
+        .args([
+            "--name=randrw",
+            "--rw=randrw",
+            "--bs=4k",
+            "--size=32m",
+            "--ioengine=psync",
+            "--time_based",
+            "--rate=4m,4m",
+            "--verify=crc32c",
+            "--verify_state_save=0",
+            "--output-format=json",
+        ])
+        .args(extra)
+        .arg(format!("--runtime={secs}"))
+        .arg(format!("--filename={}", file.display()))
+        .arg(format!("--output={}", out.display()))
+        .current_dir(out.parent().unwrap())
+        .stdin(Stdio::null())
+        .stderr(std::fs::File::create(out.with_extension("err")).unwrap())
+        .spawn()
+        .expect("spawn fio")
+}
+
+/// fio's JSON report in `out` (fio may print lines before it).
+pub fn fio_json(out: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(out).unwrap_or_default();
+    let json = &text[text.find('{').expect("fio's JSON report")..];
+    serde_json::from_str(json).expect("fio's JSON report")
+}
+
+/// The slowest read and write of the first job in fio's report `out` (total latency, s), and
+/// its error count (1 when the report has none).
+pub fn fio_worst(out: &Path) -> (f64, f64, u64) {
+    let v = fio_json(out);
+    let job = &v["jobs"][0];
+    let max = |dir: &str| job[dir]["lat_ns"]["max"].as_f64().unwrap_or(0.0) / 1e9;
+    (
+        max("read"),
+        max("write"),
+        job["error"].as_u64().unwrap_or(1),
+    )
+}
+
 /// Gives a child that was asked to end (its mount unmounted, a signal sent) `grace` to exit,
 /// then kills it. Whether it exited by itself.
 pub fn end_child(child: &mut Child, grace: Duration) -> bool {
