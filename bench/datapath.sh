@@ -176,6 +176,12 @@ for x in a b; do
     truncate -s ${IMG_MB}M "$DIR/$x.img"
     dev=$(losetup --direct-io=on -f --show "$DIR/$x.img")
     LOOPS+=("$dev")
+    # A loop device's writeback limits outlive its detach: undo any a test left on this one.
+    bdi=/sys/class/bdi/$(basename "$(readlink "/sys/block/${dev#/dev/}/bdi")")
+    if [ "$(cat "$bdi/strict_limit")" != 0 ] || [ "$(cat "$bdi/max_ratio")" != 100 ]; then
+        say "$dev had writeback limits (strict_limit $(cat "$bdi/strict_limit"), max_bytes $(cat "$bdi/max_bytes")): set back to the defaults"
+        echo 0 >"$bdi/strict_limit"; echo 100 >"$bdi/max_ratio"
+    fi
     mkfs.ext4 -q -F -N "$inodes" -E nodiscard,lazy_itable_init=0,lazy_journal_init=0 "$dev"
 done
 mkdir -p "$DIR/legA" "$DIR/legB" "$DIR/mnt"

@@ -122,8 +122,11 @@ impl Machine {
                 &self.p(&format!("disk{i}.report")),
                 &["--seed", &seed.to_string(), "--keep-fraction", "0.5"],
             );
-            let lo = LoopDev::attach(&disk.disk());
-            limit_dirty(&lo);
+            let mut lo = LoopDev::attach(&disk.disk());
+            // At most 1 MiB of dirty pages: writeback then pushes the unsynced writes to the
+            // disk all the time, where the cut finds them unflushed, instead of keeping them
+            // in memory for 30 s.
+            lo.limit_dirty(1 << 20);
             if first {
                 mkfs_ext4(&lo.dev);
             }
@@ -180,19 +183,6 @@ impl Machine {
             p.disk.stop();
         }
         reports
-    }
-}
-
-/// Lets the loop device hold at most 1 MiB of dirty pages (its own writeback limit, no global
-/// setting): writeback then pushes the unsynced writes to the disk all the time, where the
-/// cut finds them unflushed, instead of keeping them in memory for 30 s.
-fn limit_dirty(lo: &LoopDev) {
-    let bdi = fs::read_link(format!("/sys/block/{}/bdi", lo.name()))
-        .map(|l| l.file_name().unwrap().to_owned())
-        .unwrap_or_else(|e| panic!("/sys/block/{}/bdi: {e}", lo.name()));
-    let dir = Path::new("/sys/class/bdi").join(bdi);
-    for (k, v) in [("strict_limit", "1"), ("max_bytes", "1048576")] {
-        fs::write(dir.join(k), v).unwrap_or_else(|e| panic!("{}/{k}: {e}", dir.display()));
     }
 }
 

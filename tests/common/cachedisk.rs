@@ -231,6 +231,8 @@ pub fn mkfs_ext4(dev: &str) {
 pub struct LoopDev {
     pub dev: String,
     attached: bool,
+    /// `limit_dirty` was called: the limit is undone at the detach.
+    limited: bool,
 }
 
 impl LoopDev {
@@ -246,6 +248,29 @@ impl LoopDev {
         LoopDev {
             dev: text(&out.stdout).trim().to_string(),
             attached: true,
+            limited: false,
+        }
+    }
+
+    /// The device's writeback settings in /sys/class/bdi. They belong to the loop device, not
+    /// to what is attached to it, and outlive the detach: every later user of `loopN` would
+    /// inherit them.
+    fn bdi_dir(&self) -> PathBuf {
+        let link = format!("/sys/block/{}/bdi", self.name());
+        let bdi = fs::read_link(&link).unwrap_or_else(|e| panic!("{link}: {e}"));
+        Path::new("/sys/class/bdi").join(bdi.file_name().unwrap())
+    }
+
+    /// Lets the device hold at most `bytes` of dirty pages (its own writeback limit, no global
+    /// setting), until the detach puts the kernel's defaults back.
+    pub fn limit_dirty(&mut self, bytes: u64) {
+        let dir = self.bdi_dir();
+        self.limited = true;
+        for (k, v) in [
+            ("strict_limit", "1".to_string()),
+            ("max_bytes", bytes.to_string()),
+        ] {
+            fs::write(dir.join(k), v).unwrap_or_else(|e| panic!("{}/{k}: {e}", dir.display()));
         }
     }
 
@@ -258,6 +283,16 @@ impl LoopDev {
     /// `losetup -d` only asks for it, and the release can wait for I/O still failing on a disk
     /// whose power was cut; the disk's unmount after it would be busy.
     pub fn detach(&mut self) {
+        if self.limited {
+            // The kernel's defaults: no strict limit, the whole of the dirty memory.
+            self.limited = false;
+            let dir = self.bdi_dir();
+            for (k, v) in [("strict_limit", "0"), ("max_ratio", "100")] {
+                if let Err(e) = fs::write(dir.join(k), v) {
+                    eprintln!("warning: {}/{k}: {e}", dir.display());
+                }
+            }
+        }
         if self.attached {
             self.attached = false;
             let out = run("losetup", &[&"-d", &self.dev], TOOL_TIMEOUT);
