@@ -23,6 +23,7 @@ mod live;
 mod namespace;
 mod quiet;
 mod read;
+mod stats;
 pub mod takeover;
 mod xattr;
 
