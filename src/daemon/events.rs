@@ -19,6 +19,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
+use wait_timeout::ChildExt;
 
 /// How often the watcher looks.
 const POLL: Duration = Duration::from_millis(500);
@@ -511,18 +512,14 @@ fn run_program(mut cmd: std::process::Command, input: Option<&[u8]>) -> String {
         }
         s
     });
-    let start = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(st)) => break Some(st),
-            Ok(None) if start.elapsed() > PROGRAM_TIMEOUT => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-            Err(_) => break None,
+    let status = match child.wait_timeout(PROGRAM_TIMEOUT) {
+        Ok(Some(st)) => Some(st),
+        Ok(None) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            None
         }
+        Err(_) => None,
     };
     let err = reader.join().unwrap_or_default();
     let first = err.lines().next().unwrap_or("").to_string();

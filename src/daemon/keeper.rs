@@ -27,6 +27,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 use std::time::Instant;
+use wait_timeout::ChildExt;
 
 /// The server's end of the socket to its keeper (a descriptor number).
 pub const ENV_LINK: &str = "MIRRORFS_KEEPER_FD";
@@ -56,18 +57,12 @@ pub fn probe(program: &std::path::Path) -> Result<(), String> {
         .stderr(std::process::Stdio::null())
         .spawn()
         .map_err(|e| format!("cannot run it: {e}"))?;
-    let start = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(st)) => break st,
-            Ok(None) if start.elapsed() < std::time::Duration::from_secs(5) => {
-                std::thread::sleep(std::time::Duration::from_millis(10))
-            }
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err("it did not answer the takeover probe within 5 s".into());
-            }
+    let status = match child.wait_timeout(std::time::Duration::from_secs(5)) {
+        Ok(Some(st)) => st,
+        _ => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err("it did not answer the takeover probe within 5 s".into());
         }
     };
     let mut out = String::new();
