@@ -56,146 +56,27 @@
 //! the file lives on under its other names. Before a name goes while others keep the object,
 //! what is dirty under it is recorded again by identity ([`ChangeLog::dirty_at`],
 //! [`ChangeLog::record_identity`]). After a crash such a record stands for every name the object
-//! has on the first in-sync leg it names (`find_identity` in `recovery/expand.rs`: one walk of that leg's tree).
+//! has on the first in-sync leg it names (`find_identity` in `recovery/expand.rs`: one walk of
+//! that leg's tree).
 //!
-//! Records are NUL-terminated paths (paths may hold newlines), relative to the leg root,
-//! without a leading `/`; the root itself is `.`. A record starting with `/` is not a path: a
-//! cover (`/c`, `/s`), an identity (`/i`), or the away logs' [`WHOLE_TREE`].
+//! The records' format on disk is in `format.rs`.
 
-use super::META_DIR;
+mod format;
+
+pub(crate) use format::child_path;
+use format::{append, cover_record, cover_record_at, log_path, now_secs, rewrite};
+pub use format::{
+    away_log_name, identity_record, parse_cover, parse_identity, read_log, CoverRecord, INTENT_LOG,
+    WHOLE_TREE,
+};
+
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// How far before a cover's writing its time `T` is put: covers the coarse clock that stamps
-/// ctimes, which lags the clock a cover reads.
-const COVER_SLACK_SECS: u64 = 2;
-
-/// The cover record of the directory at `dir` (a relative path, `.` for the root), written at
-/// `now_secs` (seconds since the epoch).
-/// A subtree cover (`/s<T>/<dir>`, `subtree`) stands for the whole tree below `dir`.
-fn cover_record(dir: &[u8], now_secs: u64, subtree: bool) -> Vec<u8> {
-    cover_record_at(dir, now_secs.saturating_sub(COVER_SLACK_SECS), subtree)
-}
-
-/// The cover record of `dir` with the time `t` itself (a cover moved by a rename keeps it).
-fn cover_record_at(dir: &[u8], t: u64, subtree: bool) -> Vec<u8> {
-    let kind = if subtree { 's' } else { 'c' };
-    let mut r = format!("/{kind}{t}/").into_bytes();
-    r.extend_from_slice(dir);
-    r
-}
-
-/// A cover record, read back.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CoverRecord<'a> {
-    /// Changes at or after this time (seconds since the epoch) are covered.
-    pub t: u64,
-    /// The directory, relative to the leg root (`.` for the root).
-    pub dir: &'a [u8],
-    /// A subtree cover: every directory below `dir` is looked into, not only recent ones.
-    pub subtree: bool,
-}
-
-/// A cover record's time, directory and kind, or `None` if `record` is not a cover.
-pub fn parse_cover(record: &[u8]) -> Option<CoverRecord<'_>> {
-    let (subtree, rest) = match record.strip_prefix(b"/c") {
-        Some(rest) => (false, rest),
-        None => (true, record.strip_prefix(b"/s")?),
-    };
-    let slash = rest.iter().position(|&b| b == b'/')?;
-    let t = std::str::from_utf8(&rest[..slash]).ok()?.parse().ok()?;
-    let dir = &rest[slash + 1..];
-    (!dir.is_empty()).then_some(CoverRecord { t, dir, subtree })
-}
-
-/// The identity record of an object that is `ino` on the leg whose member id is `id`, for
-/// each `(id, ino)` of `ids` (see the module's notes): `/i<id>=<ino>,<id>=<ino>...`.
-pub fn identity_record(ids: &[(String, u64)]) -> Vec<u8> {
-    let pairs: Vec<String> = ids.iter().map(|(id, ino)| format!("{id}={ino}")).collect();
-    format!("/i{}", pairs.join(",")).into_bytes()
-}
-
-/// An identity record, read back: the leg ids and the object's inode number on each; `None`
-/// if `record` is not one.
-pub fn parse_identity(record: &[u8]) -> Option<Vec<(&str, u64)>> {
-    let rest = std::str::from_utf8(record.strip_prefix(b"/i")?).ok()?;
-    let ids: Option<Vec<(&str, u64)>> = rest
-        .split(',')
-        .map(|p| {
-            let (id, ino) = p.split_once('=')?;
-            Some((id, ino.parse().ok()?))
-        })
-        .collect();
-    ids.filter(|v| !v.is_empty() && v.iter().all(|(id, _)| !id.is_empty()))
-}
-
-/// The write-intent log's file name in `.mirrorfs/`.
-pub const INTENT_LOG: &str = "intent.log";
-
-/// The away-log record that stands for the whole tree (no path starts with `/`).
-pub const WHOLE_TREE: &[u8] = b"/";
-
 /// An entry idle for this long is flushed and cleared by the next sweep.
 pub const IDLE: Duration = Duration::from_secs(2);
-
-/// The file name of the away log of the leg `leg_id`.
-pub fn away_log_name(leg_id: &str) -> String {
-    format!("away-{leg_id}.log")
-}
-
-/// Reads a log of NUL-terminated paths; an absent log is empty. A torn last record (a crash
-/// in the middle of an append) is kept: it names a path too, possibly cut short, and resyncing
-/// a path that does not exist is harmless.
-pub fn read_log(path: &Path) -> std::io::Result<Vec<Vec<u8>>> {
-    match std::fs::read(path) {
-        Ok(bytes) => Ok(bytes
-            .split(|&b| b == 0)
-            .filter(|r| !r.is_empty())
-            .map(<[u8]>::to_vec)
-            .collect()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-        Err(e) => Err(e),
-    }
-}
-
-fn log_path(leg_root: &Path, name: &str) -> PathBuf {
-    leg_root.join(META_DIR).join(name)
-}
-
-fn append(path: &Path, records: &[&[u8]], sync: bool) -> std::io::Result<()> {
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(path)?;
-    let mut buf = Vec::new();
-    for r in records {
-        buf.extend_from_slice(r);
-        buf.push(0);
-    }
-    f.write_all(&buf)?;
-    if sync {
-        f.sync_data()?;
-    }
-    Ok(())
-}
-
-/// Replaces the log `name` in the `.mirrorfs/` of the leg at `leg_root` by `records`,
-/// atomically ([`crate::sys::replace::replace_file`]: temporary file, fsync, rename, fsync of
-/// the folder). The folder must exist.
-fn rewrite(leg_root: &Path, name: &str, records: &[&[u8]]) -> std::io::Result<()> {
-    let mut buf = Vec::new();
-    for r in records {
-        buf.extend_from_slice(r);
-        buf.push(0);
-    }
-    let dir = super::open_meta_dir(leg_root, false)?;
-    crate::sys::replace::replace_file_with(&dir, name, 0o600, &buf)
-}
 
 /// A path that may differ between the legs, for as long as it is being changed.
 struct Dirty {
@@ -553,13 +434,6 @@ fn re_record(old: &[u8], dir: &[u8]) -> Vec<u8> {
         Some(c) => cover_record_at(dir, c.t, c.subtree),
         None => cover_record(dir, now_secs(), false),
     }
-}
-
-/// Seconds since the epoch.
-fn now_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 /// The change records of one mounted mirror.
@@ -1179,21 +1053,12 @@ impl ChangeLog {
     }
 }
 
-/// The path of `name` in the directory at `dir` (`.` for the root).
-pub(crate) fn child_path(dir: &[u8], name: &[u8]) -> Vec<u8> {
-    if dir == b"." {
-        return name.to_vec();
-    }
-    let mut p = dir.to_vec();
-    p.push(b'/');
-    p.extend_from_slice(name);
-    p
-}
-
 #[cfg(test)]
 mod tests {
+    use super::format::COVER_SLACK_SECS;
     use super::testing::legs;
     use super::*;
+    use crate::meta::META_DIR;
 
     #[test]
     fn a_name_that_goes_while_others_keep_the_object_is_recorded_by_identity() {
@@ -1231,13 +1096,6 @@ mod tests {
             .record_identity(&[77], b"/ix=1".to_vec(), &[0, 1])
             .is_empty());
         assert!(!log.is_dirty(77));
-    }
-
-    #[test]
-    fn what_is_not_an_identity_record_is_not_read_as_one() {
-        for not in [&b"/c12/d"[..], b"/i", b"/iaa", b"/iaa=x", b"/i=5", b"d/f"] {
-            assert_eq!(parse_identity(not), None, "{not:?}");
-        }
     }
 
     #[test]
@@ -1445,17 +1303,6 @@ mod tests {
         assert_eq!(common_dir(b".", b"a"), b".");
         assert!(is_within(b"a/b", b"a") && is_within(b"a", b"a") && is_within(b"x", b"."));
         assert!(!is_within(b"ab", b"a") && !is_within(b"a", b"a/b"));
-        let s = cover_record(b"a/b", 100, true);
-        assert_eq!(s, b"/s98/a/b");
-        assert_eq!(
-            parse_cover(&s),
-            Some(CoverRecord {
-                t: 98,
-                dir: b"a/b",
-                subtree: true
-            })
-        );
-        assert_eq!(parse_cover(b"/x98/a"), None);
     }
 
     #[test]
@@ -1649,7 +1496,7 @@ mod tests {
 /// What the unit tests of the change log and of its crash-time expansion share.
 #[cfg(test)]
 pub(crate) mod testing {
-    use super::META_DIR;
+    use crate::meta::META_DIR;
     use std::path::PathBuf;
 
     /// `n` leg roots in a temporary directory, each with its `.mirrorfs/`.
