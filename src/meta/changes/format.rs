@@ -52,7 +52,7 @@ pub fn parse_cover(record: &[u8]) -> Option<CoverRecord<'_>> {
 }
 
 /// The identity record of an object that is `ino` on the leg whose member id is `id`, for
-/// each `(id, ino)` of `ids` (see the module's notes): `/i<id>=<ino>,<id>=<ino>...`.
+/// each `(id, ino)` of `ids` (see [`crate::meta::changes`]): `/i<id>=<ino>,<id>=<ino>...`.
 pub fn identity_record(ids: &[(String, u64)]) -> Vec<u8> {
     let pairs: Vec<String> = ids.iter().map(|(id, ino)| format!("{id}={ino}")).collect();
     format!("/i{}", pairs.join(",")).into_bytes()
