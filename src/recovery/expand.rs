@@ -7,9 +7,10 @@ use crate::meta::changes::{child_path, CoverRecord};
 
 /// Every name, relative to the leg root, of the object that is `ino` on the leg whose root is
 /// `root` (directories are never it: they have one name, and a record of their own): the
-/// names an [`identity_record`](crate::meta::changes::identity_record) stands for after a crash. One walk of the leg's tree, one
-/// component at a time without following symlinks; `skip` names entries never synced (the
-/// mirror's own directory at the root). A directory that cannot be read is left out.
+/// names an [`identity_record`](crate::meta::changes::identity_record) stands for after a
+/// crash. One walk of the leg's tree, one component at a time without following symlinks;
+/// `skip` names entries never synced (the mirror's own directory at the root). A directory that
+/// cannot be read is left out.
 pub fn find_identity(
     root: std::os::fd::BorrowedFd<'_>,
     ino: u64,
