@@ -37,13 +37,13 @@ pub(super) struct Cover {
 }
 
 /// The keys of subtree covers in [`Inner::covers`] have this bit set (inode numbers do not).
-const SUBTREE_KEY: u64 = 1 << 63;
+pub(super) const SUBTREE_KEY: u64 = 1 << 63;
 
 /// A directory that needs a cover when this many covers were written in the last [`IDLE`]
 /// under one directory below the root gets, instead, a subtree cover of that directory: an
 /// `rm -rf` or a `tar` extract over an existing tree then pays a few flushes, not one per
 /// directory.
-const SUBTREE_AFTER: usize = 3;
+pub(super) const SUBTREE_AFTER: usize = 3;
 
 /// The deepest directory holding both `a` and `b` (relative paths, `.` for the root).
 fn common_dir<'a>(a: &'a [u8], b: &[u8]) -> &'a [u8] {
@@ -405,9 +405,10 @@ impl ChangeLog {
     }
 
     /// The dirty objects `inos` are recorded by identity from now on (`record`, an
-    /// [`identity_record`]), durably on `legs` before this returns: the name their records
-    /// give is about to go while other names keep them, and a record of it would stand for
-    /// nothing after a crash. Returns the legs whose intent log could not be written.
+    /// [`identity_record`](super::identity_record)), durably on `legs` before this returns: the
+    /// name their records give is about to go while other names keep them, and a record of it
+    /// would stand for nothing after a crash. Returns the legs whose intent log could not be
+    /// written.
     pub fn record_identity(
         &self,
         inos: &[u64],
