@@ -10,6 +10,7 @@
 
 mod backfill;
 pub mod command;
+mod expand;
 mod resync;
 mod scrub;
 

@@ -133,11 +133,12 @@ impl Recovery {
     }
 
     /// The intent log's records with each directory cover and each identity record replaced by
-    /// what it stands for ([`crate::meta::changes::expand_cover`], and
-    /// [`find_identity`](crate::meta::changes::find_identity) on the first of `legs` the record
+    /// what it stands for ([`expand_cover`](super::expand::expand_cover), and
+    /// [`find_identity`](super::expand::find_identity) on the first of `legs` the record
     /// names).
     fn expand_records(&self, legs: &[LegIdx], records: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>> {
-        use crate::meta::changes::{expand_cover, find_identity, parse_cover, parse_identity};
+        use super::expand::{expand_cover, find_identity};
+        use crate::meta::changes::{parse_cover, parse_identity};
         if !records
             .iter()
             .any(|r| parse_cover(r).is_some() || parse_identity(r).is_some())
