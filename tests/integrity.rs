@@ -958,8 +958,8 @@ fn ctime_tells_an_edit_that_keeps_size_and_mtime_from_rot() {
     sh_ok(&format!("chmod 600 {}", shq(mnt.join("f"))));
     fs::rename(mnt.join("f"), mnt.join("g")).unwrap();
     fs::hard_link(mnt.join("g"), mnt.join("h")).unwrap();
-    // The chmod settles at the sweep after the intent entry is idle (2 s).
-    std::thread::sleep(Duration::from_secs(4));
+    // The chmod settles at the sweep (every second) after the intent entry is idle.
+    std::thread::sleep(mirrorfs::meta::changes::IDLE + Duration::from_secs(2));
     wait_committed(&mnt);
     let log1 = fg.unmount();
     // Each leg's store has the stamp of its own copy (so the classification below is by

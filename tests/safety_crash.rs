@@ -8,7 +8,7 @@
 mod common;
 
 use common::*;
-use mirrorfs::meta::changes::IDLE;
+use mirrorfs::meta::changes::{COVER_SLACK, IDLE};
 use mirrorfs::stats::MountState;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -623,7 +623,7 @@ fn write_intent_log_on_and_off() {
     let mut f = OpenOptions::new().append(true).open(mnt.join("f")).unwrap();
     // d and d/g must be older than the root cover written below (its time is 2 s before it
     // is written): a cover also stands for recent entries in recent subdirectories.
-    std::thread::sleep(Duration::from_millis(3500));
+    std::thread::sleep(COVER_SLACK + Duration::from_millis(1500));
     // The logs are read with the daemon stopped within the log's idle time of the writes (see
     // [`change_then_stop`]); on a machine too busy for that the writes are made again (one more
     // MiB on f, h rewritten: nothing below depends on how much).
@@ -814,7 +814,7 @@ fn kill_9_while_emptying_old_directories_recovers_through_a_subtree_cover() {
     }
     // Old by the time of the covers below (their time is 2 s before they are written), and
     // nothing dirty any more.
-    std::thread::sleep(Duration::from_millis(3500));
+    std::thread::sleep(COVER_SLACK + Duration::from_millis(1500));
     assert!(
         wait_for(Duration::from_secs(30), || legs
             .iter()

@@ -13,6 +13,10 @@ use std::path::{Path, PathBuf};
 /// ctimes, which lags the clock a cover reads.
 pub(super) const COVER_SLACK_SECS: u64 = 2;
 
+/// [`COVER_SLACK_SECS`] as a duration: a test that needs entries older than a cover written
+/// now waits this long (and a margin) instead of restating it.
+pub const COVER_SLACK: std::time::Duration = std::time::Duration::from_secs(COVER_SLACK_SECS);
+
 /// The cover record of the directory at `dir` (a relative path, `.` for the root), written at
 /// `now_secs` (seconds since the epoch).
 /// A subtree cover (`/s<T>/<dir>`, `subtree`) stands for the whole tree below `dir`.

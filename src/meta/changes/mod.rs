@@ -68,8 +68,8 @@ pub use rename::Renaming;
 pub(crate) use format::child_path;
 use format::{append, log_path};
 pub use format::{
-    away_log_name, identity_record, parse_cover, parse_identity, read_log, CoverRecord, INTENT_LOG,
-    WHOLE_TREE,
+    away_log_name, identity_record, parse_cover, parse_identity, read_log, CoverRecord,
+    COVER_SLACK, INTENT_LOG, WHOLE_TREE,
 };
 
 use parking_lot::Mutex;
