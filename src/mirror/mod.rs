@@ -9,6 +9,7 @@ pub mod outcome;
 pub mod readahead;
 pub mod reads;
 pub mod routed;
+mod space;
 
 use crate::errno::{Errno, Result};
 use crate::integrity::Integrity;
@@ -199,34 +200,6 @@ impl Mirror {
         self.faults.check_file(leg, what, file)
     }
 
-    /// ENOSPC, before anything is written, if `need` more bytes would take any of `legs`
-    /// below its reserve (`minfreespace`): the legs fill evenly and stay identical, instead
-    /// of one leg failing halfway through a write the others completed.
-    pub fn check_space(&self, legs: &[LegIdx], need: u64) -> Result<()> {
-        for &l in legs {
-            let leg = &self.legs[l];
-            let reserve = leg.reserve.load(Ordering::Relaxed);
-            let fits = match leg.take_space_estimated(need, reserve) {
-                Some(fits) => Ok(fits),
-                None => self
-                    .measure_space(l)
-                    .map(|avail| leg.take_space_measured(avail, need, reserve)),
-            };
-            // A leg we cannot even measure will fail the write itself, and be dealt with there.
-            if let Ok(false) = fits {
-                log::info!(
-                    "leg {} ('{}'): {} more would cross its reserve of {}: ENOSPC",
-                    l,
-                    leg.path().display(),
-                    crate::value::show_size(need),
-                    crate::value::show_size(reserve)
-                );
-                return Err(Errno::ENOSPC);
-            }
-        }
-        Ok(())
-    }
-
     /// Flushes leg `l`'s filesystem (syncfs) within `leg_timeout`, as an fsync: a leg that
     /// hangs is dropped, and the sweep does not wait for it.
     fn flush_leg(&self, l: LegIdx) -> Result<()> {
@@ -236,30 +209,6 @@ impl Mirror {
             "flush",
             Box::new(move || crate::leg::flush_root(std::os::fd::AsFd::as_fd(&*root))),
         )
-    }
-
-    /// Measures the free space of leg `l` (within `leg_timeout`): the bytes available.
-    fn measure_space(&self, l: LegIdx) -> Result<u64> {
-        let root = self.legs[l].root()?;
-        let st = self.timed(
-            l,
-            "statfs",
-            Box::new(move || crate::sys::fd::statvfs(std::os::fd::AsFd::as_fd(&*root))),
-        )?;
-        Ok(self.legs[l].note_space(&st).1)
-    }
-
-    /// The `statvfs` of leg `l`'s filesystem for the statistics: None if it cannot be had
-    /// within `leg_timeout` (the leg is not dropped for that; its I/O will say).
-    pub fn leg_statvfs(&self, l: LegIdx) -> Option<libc::statvfs> {
-        let root = self.legs[l].root().ok()?;
-        let op: deadline::OwnedOp<libc::statvfs> =
-            Box::new(move || crate::sys::fd::statvfs(std::os::fd::AsFd::as_fd(&*root)));
-        let Some(timeout) = self.leg_timeout() else {
-            return op().ok();
-        };
-        let pending = self.hand_over(l, op);
-        pending.wait(deadline::deadline(Some(timeout)))?.ok()
     }
 
     /// `leg_timeout=`: how long a leg may take to answer a read, a write, an fsync or a
@@ -1277,5 +1226,47 @@ impl Mirror {
                 return Ok(ReadOutcome { data: out, failed });
             }
         }
+    }
+}
+
+/// Mirrors over temporary directories, for the unit tests of the engine's parts.
+#[cfg(test)]
+pub(crate) mod test_mirror {
+    use super::Mirror;
+    use crate::leg::Leg;
+    use crate::meta::superblock::LegSuperblock;
+
+    /// A mirror over `n` empty directories (`leg0`, `leg1`...) of one temporary directory,
+    /// every leg in sync, read policy `first`, no write-intent log, no checksums, no
+    /// superblocks.
+    pub fn plain(n: usize) -> (tempfile::TempDir, Mirror) {
+        build(n, false, false)
+    }
+
+    /// As [`plain`], with a write-intent log and, if `superblocks`, a new mirror's
+    /// superblocks written on every leg (each listing every member).
+    pub fn build(n: usize, write_intent: bool, superblocks: bool) -> (tempfile::TempDir, Mirror) {
+        let d = tempfile::tempdir().unwrap();
+        let mut legs = Vec::new();
+        for i in 0..n {
+            let dir = d.path().join(format!("leg{i}"));
+            std::fs::create_dir(&dir).unwrap();
+            let dir = dir.canonicalize().unwrap();
+            legs.push(Leg::open_plain(i, &dir).unwrap());
+        }
+        let mut sbs: Vec<Option<LegSuperblock>> = vec![None; n];
+        if superblocks {
+            let mut all: Vec<LegSuperblock> =
+                (0..n).map(|i| LegSuperblock::new("test", i, n)).collect();
+            let ids: Vec<String> = all.iter().map(|s| s.leg_id.clone()).collect();
+            for (sb, leg) in all.iter_mut().zip(&legs) {
+                sb.members = ids.clone();
+                sb.write(&leg.path()).unwrap();
+            }
+            sbs = all.into_iter().map(Some).collect();
+        }
+        let policy = crate::policy::by_name("first", n, &|_| None).unwrap();
+        let m = Mirror::new(legs, sbs, 1, policy, write_intent, false).unwrap();
+        (d, m)
     }
 }
