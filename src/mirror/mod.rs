@@ -21,7 +21,7 @@ use crate::policy::{LegView, ReadPlan, ReadPolicy, ReadRequest};
 use fanout::LegWorkers;
 use fault::{FaultRule, Faults};
 pub use op::Op;
-use outcome::{reconcile, DropReason};
+use outcome::DropReason;
 use parking_lot::{Mutex, RwLock};
 use reads::{HandOver, ReadHistory, ServiceFigures};
 use std::sync::atomic::Ordering;
@@ -211,133 +211,6 @@ impl Mirror {
         )
     }
 
-    /// `leg_timeout=`: how long a leg may take to answer a read, a write, an fsync or a
-    /// free-space query before it is dropped (None: for ever).
-    pub fn leg_timeout(&self) -> Option<std::time::Duration> {
-        match self.leg_timeout_ms.load(Ordering::Relaxed) {
-            0 => None,
-            ms => Some(std::time::Duration::from_millis(ms)),
-        }
-    }
-
-    pub fn set_leg_timeout(&self, t: std::time::Duration) {
-        let ms = u64::try_from(t.as_millis()).unwrap_or(u64::MAX);
-        // A timeout below a millisecond is a millisecond (0 stays "none").
-        let ms = if t.is_zero() { 0 } else { ms.max(1) };
-        self.leg_timeout_ms.store(ms, Ordering::Relaxed);
-    }
-
-    /// Runs `op` on `leg` within `leg_timeout`: on its worker, waiting until the deadline
-    /// (on this thread, as before, without one). A leg that has not answered by then is
-    /// dropped (the last in-sync leg never is), and the caller gets ETIMEDOUT: a read is then
-    /// asked of another leg. See `deadline.rs`.
-    pub fn timed<T: Send + 'static>(
-        &self,
-        leg: LegIdx,
-        what: &str,
-        op: deadline::OwnedOp<T>,
-    ) -> Result<T> {
-        let Some(timeout) = self.leg_timeout() else {
-            return op();
-        };
-        let pending = self.hand_over(leg, op);
-        match pending.wait(deadline::deadline(Some(timeout))) {
-            Some(r) => r,
-            None => {
-                self.timed_out(leg, what, timeout);
-                Err(Errno::ETIMEDOUT)
-            }
-        }
-    }
-
-    /// As [`fan_out_file`](Self::fan_out_file), within `leg_timeout` (see
-    /// [`timed`](Self::timed)): `make(leg)` gives each leg's part, owning what it touches, on
-    /// this thread. A leg whose part is not done by the deadline is dropped, and the change
-    /// stands on the others.
-    pub fn fan_out_owned<T, F>(
-        &self,
-        legs: &[LegIdx],
-        kind: Op,
-        file: Option<u64>,
-        make: F,
-    ) -> Result<Vec<(LegIdx, T)>>
-    where
-        T: Send + 'static,
-        F: Fn(LegIdx) -> Result<deadline::OwnedOp<T>> + Sync,
-    {
-        let Some(timeout) = self.leg_timeout() else {
-            return self.fan_out_file(legs, kind, file, |leg| make(leg)?());
-        };
-        let what = kind.name();
-        let kept = self.not_failed(legs)?;
-        let until = deadline::deadline(Some(timeout));
-        let mut results: Vec<(LegIdx, Result<T>)> = Vec::with_capacity(kept.len());
-        let mut pending = Vec::with_capacity(kept.len());
-        for &leg in &kept {
-            let guard = InflightGuard::new(&self.legs[leg]);
-            match self
-                .faults
-                .check_file(leg, what, file)
-                .and_then(|()| make(leg))
-            {
-                Err(e) => results.push((leg, Err(e))),
-                Ok(op) => {
-                    pending.push((leg, self.hand_over(leg, op), guard));
-                }
-            }
-        }
-        for (leg, p, _guard) in pending {
-            let r = p.wait(until).unwrap_or_else(|| {
-                self.timed_out(leg, what, timeout);
-                Err(Errno::ETIMEDOUT)
-            });
-            results.push((leg, r));
-        }
-        results.sort_by_key(|(l, _)| kept.iter().position(|k| k == l));
-        self.settle(what, results)
-    }
-
-    /// Of `legs`, those not dropped since the caller chose them (its intent record failed,
-    /// say): they get no part of the change. EIO if none is left.
-    fn not_failed(&self, legs: &[LegIdx]) -> Result<Vec<LegIdx>> {
-        let kept: Vec<LegIdx> = legs
-            .iter()
-            .copied()
-            .filter(|&l| self.legs[l].state() != crate::leg::LegState::Failed)
-            .collect();
-        if kept.is_empty() && !legs.is_empty() {
-            return Err(Errno::EIO);
-        }
-        Ok(kept)
-    }
-
-    /// Hands `op` to one of `leg`'s workers (runs it here if there is none).
-    fn hand_over<T: Send + 'static>(
-        &self,
-        leg: LegIdx,
-        op: deadline::OwnedOp<T>,
-    ) -> deadline::Pending<T> {
-        let (job, pending) = deadline::prepare(op, self.legs[leg].abandoned.clone());
-        if let Err(job) = self.workers.submit(leg, job) {
-            job();
-        }
-        pending
-    }
-
-    /// `leg` did not answer `what` within `timeout`: it is dropped (unless it is the last).
-    fn timed_out(&self, leg: LegIdx, what: &str, timeout: std::time::Duration) {
-        log::error!(
-            "leg {leg} ('{}'): {what} not answered in {} s (leg_timeout)",
-            self.legs[leg].path().display(),
-            timeout.as_secs_f64()
-        );
-        self.legs[leg]
-            .counters
-            .timeouts
-            .fetch_add(1, Ordering::Relaxed);
-        self.mark_failed(leg, what, DropReason::LegFault(Errno::ETIMEDOUT));
-    }
-
     /// The legs that take part in operations now, in leg order.
     pub fn in_sync_legs(&self) -> Vec<LegIdx> {
         self.legs
@@ -393,70 +266,6 @@ impl Mirror {
             .copied()
             .filter(|&l| self.legs[l].quiet)
             .collect()
-    }
-
-    /// Runs `op` on every leg in `legs` in parallel, reconciles the answers, drops legs that
-    /// failed or disagreed, and returns the successful legs' values (or the caller's error).
-    pub fn fan_out<T, F>(&self, legs: &[LegIdx], kind: Op, op: F) -> Result<Vec<(LegIdx, T)>>
-    where
-        T: Send + 'static,
-        F: Fn(LegIdx) -> Result<T> + Sync,
-    {
-        self.fan_out_file(legs, kind, None, op)
-    }
-
-    /// As [`fan_out`](Self::fan_out), for an operation on one file (inode number `file`), so
-    /// that faults injected for that file apply.
-    pub fn fan_out_file<T, F>(
-        &self,
-        legs: &[LegIdx],
-        kind: Op,
-        file: Option<u64>,
-        op: F,
-    ) -> Result<Vec<(LegIdx, T)>>
-    where
-        T: Send + 'static,
-        F: Fn(LegIdx) -> Result<T> + Sync,
-    {
-        let kept = self.not_failed(legs)?;
-        let what = kind.name();
-        let results = self.workers.run_costed(&self.op_costs, kind, &kept, |leg| {
-            let _inflight = InflightGuard::new(&self.legs[leg]);
-            self.faults.check_file(leg, what, file)?;
-            op(leg)
-        });
-        self.settle(what, results)
-    }
-
-    /// Reconciles the legs' answers to `what`, drops the legs that failed or disagreed (a
-    /// leg fault counts as a write error), and returns the successful legs' values (or the
-    /// caller's error).
-    fn settle<T>(&self, what: &str, results: Vec<(LegIdx, Result<T>)>) -> Result<Vec<(LegIdx, T)>> {
-        let out = reconcile(results);
-        self.internal_faults(what, &out.internal);
-        for (leg, why) in out.drop {
-            if matches!(why, DropReason::LegFault(_)) {
-                self.legs[leg]
-                    .counters
-                    .write_errors
-                    .fetch_add(1, Ordering::Relaxed);
-            }
-            self.mark_failed(leg, what, why);
-        }
-        out.answer
-    }
-
-    /// Says that `legs`' parts of `what` met a fault of mirrorfs itself ([`Errno::INTERNAL`]):
-    /// an error in the log, and the legs kept, since their disks did nothing wrong. Their copy
-    /// of what `what` changed may differ from the others' until a scrub finds it.
-    pub fn internal_faults(&self, what: &str, legs: &[LegIdx]) {
-        for &leg in legs {
-            log::error!(
-                "leg {leg} ('{}'): {what}: internal error of mirrorfs (state it should hold is \
-                 missing); the leg is kept, and a scrub finds any copy this left different",
-                self.legs[leg].path().display()
-            );
-        }
     }
 
     /// Drops `leg` from the mirror: it gets no more reads or writes, and every surviving leg's
