@@ -4,6 +4,7 @@
 pub mod deadline;
 pub mod fanout;
 pub mod fault;
+mod members;
 pub mod op;
 pub mod outcome;
 pub mod readahead;
@@ -211,15 +212,6 @@ impl Mirror {
         )
     }
 
-    /// The legs that take part in operations now, in leg order.
-    pub fn in_sync_legs(&self) -> Vec<LegIdx> {
-        self.legs
-            .iter()
-            .filter(|l| l.is_in_sync())
-            .map(|l| l.idx)
-            .collect()
-    }
-
     /// From now on, changes behind the kernel's back are told to `view` (once; later calls
     /// are ignored).
     pub fn set_kernel_view(&self, view: Box<dyn KernelView>) {
@@ -231,117 +223,6 @@ impl Mirror {
         if let Some(k) = self.kernel.get() {
             k.path_changed(rel);
         }
-    }
-
-    /// Runs `change` (of leg states); tells the kernel when it moved the metadata leg.
-    fn watching_metadata_leg(&self, change: impl FnOnce()) {
-        let before = self.metadata_leg();
-        change();
-        if self.metadata_leg() != before {
-            if let Some(k) = self.kernel.get() {
-                k.metadata_leg_changed();
-            }
-        }
-    }
-
-    /// The leg whose answers stand for the mirror's metadata (attributes, listings): the first
-    /// in-sync leg that is not quiet (the first in-sync leg if all are), so that what users
-    /// see does not depend on where reads go.
-    pub fn metadata_leg(&self) -> LegIdx {
-        let in_sync = || self.legs.iter().filter(|l| l.is_in_sync());
-        in_sync()
-            .find(|l| !l.quiet)
-            .or_else(|| in_sync().next())
-            .map(|l| l.idx)
-            .unwrap_or(0)
-    }
-
-    /// Of `legs` (in sync), those a lookup leaves alone: the quiet ones, while another leg of
-    /// `legs` is not quiet. Their objects are found when a change needs them.
-    pub fn quiet_among(&self, legs: &[LegIdx]) -> Vec<LegIdx> {
-        if legs.iter().all(|&l| self.legs[l].quiet) {
-            return Vec::new();
-        }
-        legs.iter()
-            .copied()
-            .filter(|&l| self.legs[l].quiet)
-            .collect()
-    }
-
-    /// Drops `leg` from the mirror: it gets no more reads or writes, and every surviving leg's
-    /// superblock records it, so that a later mount does not trust its copy. The last in-sync
-    /// leg is never dropped.
-    pub fn mark_failed(&self, leg: LegIdx, what: &str, why: DropReason) {
-        let survivors: Vec<LegIdx> = self
-            .in_sync_legs()
-            .into_iter()
-            .filter(|&l| l != leg)
-            .collect();
-        if survivors.is_empty() {
-            log::error!(
-                "leg {} ('{}'): {what} failed ({why:?}), but it is the last in-sync leg; keeping it",
-                leg,
-                self.legs[leg].path().display()
-            );
-            return;
-        }
-        let mut dropped = false;
-        self.watching_metadata_leg(|| dropped = self.legs[leg].set_failed());
-        if !dropped {
-            return;
-        }
-        self.integrity.detach(leg);
-        if let Some(id) = self.leg_id(leg) {
-            self.changes.start_away(&id);
-        }
-        log::error!(
-            "DEGRADED: leg {} ('{}') dropped from the mirror: {what} failed ({why:?}); \
-             serving from {} other leg(s)",
-            leg,
-            self.legs[leg].path().display(),
-            survivors.len()
-        );
-        self.record_dropped_legs();
-    }
-
-    /// The member id of `leg` (see [`membership::member_id`]).
-    pub fn leg_id(&self, leg: LegIdx) -> Option<String> {
-        membership::member_id(&self.superblocks.lock(), leg)
-    }
-
-    /// Applies a membership event ([`membership::transition`]) and writes the superblocks it
-    /// says. `first` (a replaced leg's new directory) is written first, and a failure there
-    /// is the caller's error with nothing else changed; a failure on a serving leg is logged,
-    /// and every serving leg is written again at the next event (at the latest at unmount): a
-    /// drop that no superblock records would let a later mount serve the dropped leg's data.
-    fn membership(&self, event: Event, first: Option<LegIdx>) -> Result<()> {
-        let mut sbs = self.superblocks.lock();
-        let serving = self.in_sync_legs();
-        let mut t = membership::transition(&sbs, &serving, &event);
-        if self.superblocks_behind.swap(false, Ordering::AcqRel) {
-            t.write
-                .extend(serving.iter().filter(|&&s| t.sbs[s].is_some()));
-            t.write.sort_unstable();
-            t.write.dedup();
-        }
-        if let Some(f) = first.filter(|f| t.write.contains(f)) {
-            let sb = t.sbs[f].as_ref().ok_or(Errno::EIO)?;
-            sb.write(&self.legs[f].path()).map_err(Errno::from)?;
-        }
-        for &s in t.write.iter().filter(|&&s| Some(s) != first) {
-            let Some(sb) = t.sbs[s].as_ref() else {
-                continue;
-            };
-            if let Err(e) = sb.write(&self.legs[s].path()) {
-                log::error!(
-                    "cannot write the superblock of '{}': {e}; will retry",
-                    self.legs[s].path().display()
-                );
-                self.superblocks_behind.store(true, Ordering::Release);
-            }
-        }
-        *sbs = t.sbs;
-        Ok(())
     }
 
     /// The change records (write-intent and away logs).
@@ -517,105 +398,6 @@ impl Mirror {
     /// The checksums.
     pub fn integrity(&self) -> &Integrity {
         &self.integrity
-    }
-
-    /// `target` (member `id`) holds the same data as the others now: it is marked in sync,
-    /// every superblock stops recording it as dropped (and moves its event counter on), it
-    /// gets a superblock of its own, and its away logs go. Called with every change held off.
-    pub fn join_leg(&self, target: LegIdx, id: &str) {
-        // Its store: a copy of the metadata leg's, which covers the data it was just given.
-        let from = self.metadata_leg();
-        if let Err(e) = self
-            .integrity
-            .attach_copy(target, &self.legs[target].path(), from)
-        {
-            log::error!(
-                "leg {target}: its checksum store could not be copied from leg {from}'s: {e}; \
-                 it joins without one (reads from it are verified against the others' store)"
-            );
-        }
-        self.watching_metadata_leg(|| self.legs[target].set_state(crate::leg::LegState::InSync));
-        let event = Event::Join {
-            slot: target,
-            id: id.to_string(),
-        };
-        // Serving legs only: no `first`, so this cannot fail (a failed write is retried).
-        let _ = self.membership(event, None);
-        let legs = self.in_sync_legs();
-        self.changes.end_away(id, &legs);
-        self.changes.rewrite_intent(&[target]);
-    }
-
-    /// Puts a new, empty directory in the place of member `leg` (`mirrorfs leg replace`): a
-    /// new member id takes the slot, recorded as behind by every in-sync leg, with a
-    /// superblock of its own; the old member is forgotten. The caller then resyncs it in
-    /// full. `new_path` is canonical and checked by the caller (empty, not another leg).
-    /// The leg must be out of the mirror already (EBUSY otherwise).
-    pub fn replace_member(&self, leg: LegIdx, new_path: &std::path::Path) -> Result<String> {
-        use crate::leg::LegState;
-        match self.legs[leg].state() {
-            LegState::Failed | LegState::Missing | LegState::Stale => {}
-            _ => return Err(Errno::EBUSY),
-        }
-        let old_id = self.leg_id(leg);
-        let new_id = crate::sys::random_hex_id();
-        self.legs[leg].move_to(new_path)?;
-        let event = Event::Replace {
-            slot: leg,
-            new_id: new_id.clone(),
-        };
-        self.membership(event, Some(leg))?;
-        let legs = self.in_sync_legs();
-        if let Some(old) = &old_id {
-            self.changes.end_away(old, &legs);
-        }
-        self.changes.set_root(leg, new_path.to_path_buf());
-        self.legs[leg].set_state(LegState::Failed);
-        log::warn!(
-            "leg {leg} replaced by '{}' (new member {new_id}); it is filled by a full resync",
-            new_path.display()
-        );
-        Ok(new_id)
-    }
-
-    /// Forgets the member `leg` (out of the mirror already): the superblocks no longer list it
-    /// nor count it, and its away logs go, so that later mounts neither wait for it nor
-    /// resync it. EBUSY for a leg in sync or resyncing (fail it first).
-    pub fn remove_member(&self, leg: LegIdx) -> Result<()> {
-        use crate::leg::LegState;
-        match self.legs[leg].state() {
-            LegState::Failed | LegState::Missing | LegState::Stale => {}
-            LegState::Removed => return Ok(()),
-            LegState::InSync | LegState::Resyncing => return Err(Errno::EBUSY),
-        }
-        let id = self.leg_id(leg).ok_or(Errno::EINVAL)?;
-        self.membership(Event::Remove { slot: leg }, None)?;
-        let legs = self.in_sync_legs();
-        self.changes.end_away(&id, &legs);
-        self.legs[leg].set_state(LegState::Removed);
-        log::warn!(
-            "leg {} ('{}') removed from the mirror",
-            leg,
-            self.legs[leg].path().display()
-        );
-        Ok(())
-    }
-
-    /// Writes every dropped leg's id into every in-sync leg's superblock, and moves their
-    /// event counters on. Called when a leg is dropped, and again at unmount in case a write
-    /// failed (the system log says so): a drop that no superblock records would let a later
-    /// mount serve the dropped leg's old data.
-    pub fn record_dropped_legs(&self) {
-        let _ = self.membership(Event::Dropped, None);
-    }
-
-    /// Members of the mirror that were not in the leg list at mount (`-o degraded`).
-    pub fn set_unlisted_members(&self, n: usize) {
-        self.unlisted.store(n, Ordering::Relaxed);
-    }
-
-    pub fn unlisted_members(&self) -> usize {
-        self.unlisted.load(Ordering::Relaxed)
     }
 
     /// Held (shared) by every operation that changes the legs, for its whole duration.
@@ -1042,6 +824,7 @@ impl Mirror {
 #[cfg(test)]
 pub(crate) mod test_mirror {
     use super::Mirror;
+    use crate::leg::spec::LegSpec;
     use crate::leg::Leg;
     use crate::meta::superblock::LegSuperblock;
 
@@ -1052,16 +835,26 @@ pub(crate) mod test_mirror {
         build(n, false, false)
     }
 
-    /// As [`plain`], with a write-intent log and, if `superblocks`, a new mirror's
-    /// superblocks written on every leg (each listing every member).
+    /// As [`plain`], with a write-intent log if `write_intent` and, if `superblocks`, a new
+    /// mirror's superblocks written on every leg (each listing every member).
     pub fn build(n: usize, write_intent: bool, superblocks: bool) -> (tempfile::TempDir, Mirror) {
+        with_specs(&vec![LegSpec::default(); n], write_intent, superblocks)
+    }
+
+    /// As [`build`], a leg with the attributes of each of `specs` (quiet, write-mostly...).
+    pub fn with_specs(
+        specs: &[LegSpec],
+        write_intent: bool,
+        superblocks: bool,
+    ) -> (tempfile::TempDir, Mirror) {
+        let n = specs.len();
         let d = tempfile::tempdir().unwrap();
         let mut legs = Vec::new();
-        for i in 0..n {
+        for (i, spec) in specs.iter().enumerate() {
             let dir = d.path().join(format!("leg{i}"));
             std::fs::create_dir(&dir).unwrap();
             let dir = dir.canonicalize().unwrap();
-            legs.push(Leg::open_plain(i, &dir).unwrap());
+            legs.push(Leg::open(i, &dir, spec).unwrap());
         }
         let mut sbs: Vec<Option<LegSuperblock>> = vec![None; n];
         if superblocks {
