@@ -1,6 +1,7 @@
 //! The mirror engine: the legs, fanning operations out to them, reconciling their answers,
 //! dropping a leg that fails, and choosing the leg a read goes to.
 
+mod changes;
 pub mod deadline;
 pub mod fanout;
 pub mod fault;
@@ -15,8 +16,8 @@ mod space;
 use crate::errno::{Errno, Result};
 use crate::integrity::Integrity;
 use crate::leg::{InflightGuard, Leg, LegIdx};
-use crate::meta::changes::{ChangeLog, Renaming};
-use crate::meta::membership::{self, Event};
+use crate::meta::changes::ChangeLog;
+use crate::meta::membership;
 use crate::meta::superblock::LegSuperblock;
 use crate::policy::{LegView, ReadPlan, ReadPolicy, ReadRequest};
 use fanout::LegWorkers;
@@ -201,17 +202,6 @@ impl Mirror {
         self.faults.check_file(leg, what, file)
     }
 
-    /// Flushes leg `l`'s filesystem (syncfs) within `leg_timeout`, as an fsync: a leg that
-    /// hangs is dropped, and the sweep does not wait for it.
-    fn flush_leg(&self, l: LegIdx) -> Result<()> {
-        let root = self.legs[l].root()?;
-        self.timed(
-            l,
-            "flush",
-            Box::new(move || crate::leg::flush_root(std::os::fd::AsFd::as_fd(&*root))),
-        )
-    }
-
     /// From now on, changes behind the kernel's back are told to `view` (once; later calls
     /// are ignored).
     pub fn set_kernel_view(&self, view: Box<dyn KernelView>) {
@@ -223,140 +213,6 @@ impl Mirror {
         if let Some(k) = self.kernel.get() {
             k.path_changed(rel);
         }
-    }
-
-    /// The change records (write-intent and away logs).
-    pub fn changes(&self) -> &ChangeLog {
-        &self.changes
-    }
-
-    /// Records, durably on every in-sync leg, that the object `ino` (whose path on a leg the
-    /// closure gives) is about to change. A leg whose record cannot be written is dropped.
-    pub fn will_change(&self, ino: u64, path: impl FnOnce() -> Option<Vec<u8>>) {
-        let legs = self.in_sync_legs();
-        let failed = self.changes.will_change(ino, &legs, path);
-        self.intent_failed(failed);
-    }
-
-    /// As [`will_change`](Self::will_change) for a directory about to get new entries: one
-    /// record (its cover) stands for it and for what is created in it meanwhile
-    /// ([`ChangeLog::will_change_dir`]).
-    pub fn will_change_dir(&self, ino: u64, path: impl FnOnce() -> Option<Vec<u8>>) {
-        let legs = self.in_sync_legs();
-        let failed = self.changes.will_change_dir(ino, &legs, path);
-        self.intent_failed(failed);
-    }
-
-    /// Before a name of the dirty objects `inos` goes while other names keep them: they are
-    /// recorded by identity (`record`, [`crate::meta::changes::identity_record`]) from now on
-    /// ([`ChangeLog::record_identity`]). A leg whose record cannot be written is dropped.
-    pub fn record_identity(&self, inos: &[u64], record: Vec<u8>) {
-        let legs = self.in_sync_legs();
-        let failed = self.changes.record_identity(inos, record, &legs);
-        self.intent_failed(failed);
-    }
-
-    /// Before a rename reaches the legs: what is dirty at or below the moved paths is
-    /// recorded under the new ones ([`ChangeLog::renaming`]). A leg whose record cannot be
-    /// written is dropped.
-    pub fn renaming(
-        &self,
-        names: (Vec<u8>, Vec<u8>),
-        exchange: bool,
-        parents: (u64, u64),
-        dirs: impl FnOnce() -> Option<(Vec<u8>, Vec<u8>)>,
-    ) -> Renaming {
-        let legs = self.in_sync_legs();
-        let (r, failed) = self.changes.renaming(names, exchange, parents, dirs, &legs);
-        self.intent_failed(failed);
-        r
-    }
-
-    /// After the rename `r` (`done` when it reached the legs): [`ChangeLog::renamed`].
-    pub fn renamed(
-        &self,
-        r: Renaming,
-        done: bool,
-        dirs: impl FnOnce() -> Option<(Vec<u8>, Vec<u8>)>,
-    ) {
-        let legs = self.in_sync_legs();
-        let failed = self.changes.renamed(r, done, dirs, &legs);
-        self.intent_failed(failed);
-    }
-
-    /// Drops the legs whose intent log could not be written.
-    fn intent_failed(&self, failed: Vec<(LegIdx, std::io::Error)>) {
-        for (leg, e) in failed {
-            let errno = e.raw_os_error().map_or(Errno::EIO, Errno);
-            self.legs[leg]
-                .counters
-                .write_errors
-                .fetch_add(1, Ordering::Relaxed);
-            self.mark_failed(leg, "write-intent log", DropReason::LegFault(errno));
-        }
-    }
-
-    /// One sweep of the change records (every second, from the background thread): away
-    /// logs flushed, and intent entries idle for a while cleared once every leg holds their
-    /// data on stable storage. `stamp` is given the idle objects first, for their checksum
-    /// stamps (the copies' ctimes once the mirror's changes settled), committed with them.
-    pub fn sweep_changes(&self, stamp: &dyn Fn(&[u64])) {
-        let legs = self.in_sync_legs();
-        let idle = self.changes.idle();
-        if idle.inos.is_empty() {
-            self.changes.flush_away(&legs);
-            // Checksums may reach the stores before their data is durable: their files stay
-            // in the intent log until a later sweep, so a crash resolves them either way.
-            if self.integrity.backlog() >= crate::integrity::COMMIT_BACKLOG {
-                self.commit_checksums();
-            }
-            return;
-        }
-        for &l in &legs {
-            if let Err(e) = self.flush_leg(l) {
-                log::error!("cannot flush '{}': {e}", self.legs[l].path().display());
-                return;
-            }
-        }
-        // The idle files' data is durable now: their checksums are committed before their
-        // intent entries go, so no clean file ever has checksums behind its data.
-        if self.integrity.enabled() {
-            stamp(&idle.inos);
-        }
-        if !self.commit_checksums() {
-            return;
-        }
-        self.changes.clear(&idle, &legs);
-    }
-
-    /// Commits the checksums kept in memory to every in-sync leg's store. A leg whose store
-    /// cannot be written is dropped; false if no store took them.
-    pub fn commit_checksums(&self) -> bool {
-        let stores = self
-            .in_sync_legs()
-            .into_iter()
-            .filter(|&l| self.integrity.store(l).is_some())
-            .count();
-        let failed = self.integrity.commit_checked(|leg| {
-            self.check_fault(leg, "checksums")
-                .map_err(|e| std::io::Error::from_raw_os_error(e.code()))
-        });
-        let all = stores > 0 && failed.len() == stores;
-        for (leg, e) in failed {
-            log::error!("leg {leg}: {e}");
-            if !all {
-                self.legs[leg]
-                    .counters
-                    .write_errors
-                    .fetch_add(1, Ordering::Relaxed);
-                self.mark_failed(
-                    leg,
-                    "checksum store commit",
-                    DropReason::LegFault(Errno::EIO),
-                );
-            }
-        }
-        !all
     }
 
     /// Opens (or rebuilds, or creates) the checksum store of every in-sync leg. Before the
@@ -413,37 +269,6 @@ impl Mirror {
     /// Whether the mirror is being unmounted (background work stops).
     pub fn is_stopping(&self) -> bool {
         self.stopping.load(Ordering::Acquire)
-    }
-
-    /// At a clean unmount: background work stops, every in-sync leg is flushed, the intent
-    /// logs are emptied, and every in-sync leg's superblock says clean, with the dropped legs
-    /// recorded and the event counter moved on.
-    ///
-    /// `stamp` is given every object still marked changing, as for [`Mirror::sweep_changes`].
-    pub fn mark_clean(&self, stamp: &dyn Fn(&[u64])) {
-        self.stopping.store(true, Ordering::Release);
-        // Clean means every leg holds the same data on stable storage: flush first, so that
-        // a power loss after the unmount cannot leave the legs different under a clean flag.
-        let legs = self.in_sync_legs();
-        for &l in &legs {
-            if let Err(e) = self.legs[l].flush() {
-                log::error!("cannot flush '{}': {e}", self.legs[l].path().display());
-                // Not known to be on stable storage: leave the intent log and the flag as
-                // they are, so that the next mount checks the listed files.
-                self.record_dropped_legs();
-                return;
-            }
-        }
-        if self.integrity.enabled() {
-            stamp(&self.changes.dirty_inos());
-        }
-        if !self.commit_checksums() {
-            self.record_dropped_legs();
-            return;
-        }
-        let legs = self.in_sync_legs();
-        self.changes.clear_all(&legs);
-        let _ = self.membership(Event::CleanUnmount, None);
     }
 
     /// The measured read figures of `leg` (for the statistics).
