@@ -8,6 +8,7 @@ pub mod fault;
 mod members;
 pub mod op;
 pub mod outcome;
+mod plan;
 pub mod readahead;
 pub mod reads;
 pub mod routed;
@@ -15,19 +16,18 @@ mod space;
 
 use crate::errno::{Errno, Result};
 use crate::integrity::Integrity;
-use crate::leg::{InflightGuard, Leg, LegIdx};
+use crate::leg::{Leg, LegIdx};
 use crate::meta::changes::ChangeLog;
 use crate::meta::membership;
 use crate::meta::superblock::LegSuperblock;
-use crate::policy::{LegView, ReadPlan, ReadPolicy, ReadRequest};
+use crate::policy::{ReadPlan, ReadPolicy, ReadRequest};
 use fanout::LegWorkers;
 use fault::{FaultRule, Faults};
 pub use op::Op;
 use outcome::DropReason;
 use parking_lot::{Mutex, RwLock};
-use reads::{HandOver, ReadHistory, ServiceFigures};
+use reads::{ReadHistory, ServiceFigures};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 /// Read errors a leg may return (since the mount) before it is dropped instead of repaired: md's `max_corr_read_errors` is 20 as well.
 pub const MAX_READ_ERRORS: u64 = 20;
@@ -281,182 +281,6 @@ impl Mirror {
         self.clock.elapsed().as_micros() as u64
     }
 
-    /// Asks the policy where a read goes, among the in-sync `candidates`. Pure: counts
-    /// nothing.
-    fn plan_read(&self, candidates: &[LegIdx], req: &ReadRequest) -> Option<ReadPlan> {
-        let views: Vec<LegView> = candidates
-            .iter()
-            .filter(|&&l| self.legs[l].is_in_sync())
-            .map(|&l| self.reads[l].lock().view(&self.legs[l]))
-            .collect();
-        if views.is_empty() {
-            return None;
-        }
-        let plan = self.policy.read().pick(&views, req);
-        Some(self.sane_plan(plan, &views, req))
-    }
-
-    /// A plan the engine can run: legs among the candidates, pieces covering the request in
-    /// order ([`ReadPlan::check`]), inner piece boundaries 4 KiB-aligned so that `O_DIRECT`
-    /// pieces stay aligned. Anything else (a policy bug) becomes the first candidate, logged.
-    fn sane_plan(&self, plan: ReadPlan, views: &[LegView], req: &ReadRequest) -> ReadPlan {
-        let aligned = match &plan {
-            ReadPlan::One(_) | ReadPlan::Spread(_) => true,
-            ReadPlan::Split(p) => p.iter().skip(1).all(|x| x.offset % 4096 == 0),
-        };
-        match plan.check(views, req.offset, req.size) {
-            Ok(()) if aligned => plan,
-            r => {
-                log::warn!(
-                    "read policy gave an unusable plan {plan:?} ({}); reading from the first leg",
-                    r.err().unwrap_or_else(|| "unaligned pieces".into())
-                );
-                ReadPlan::One(views[0].idx)
-            }
-        }
-    }
-
-    /// Decides where a read goes and counts it at once on the legs it goes to (in-flight,
-    /// picks, stream switches, split pieces), under one lock so that concurrent reads see
-    /// each other's choices instead of all herding onto the same idle leg.
-    /// Decides where a read goes and counts it at once on the legs it goes to (in-flight,
-    /// picks, stream switches, split pieces), under one lock so that concurrent reads see
-    /// each other's choices instead of all herding onto the same idle leg. Returns the
-    /// policy's plan, its legs (each counted in flight with [`InflightGuard::count`]: the
-    /// caller gives them back) and each piece's hand-over (for its service time).
-    fn route_counted(
-        &self,
-        candidates: &[LegIdx],
-        req: &ReadRequest,
-    ) -> Option<(ReadPlan, Vec<LegIdx>, Vec<HandOver>)> {
-        let _routing = self.routing.lock();
-        let plan = self.plan_read(candidates, req)?;
-        let legs: Vec<LegIdx> = match &plan {
-            ReadPlan::One(l) | ReadPlan::Spread(l) => vec![*l],
-            ReadPlan::Split(p) => p.iter().map(|x| x.leg).collect(),
-        };
-        let split = matches!(plan, ReadPlan::Split(_));
-        let spread = matches!(plan, ReadPlan::Spread(_));
-        for &l in &legs {
-            let c = &self.legs[l].counters;
-            c.policy_picks.fetch_add(1, Ordering::Relaxed);
-            if split {
-                c.split_reads.fetch_add(1, Ordering::Relaxed);
-            }
-            if spread {
-                c.spread_reads.fetch_add(1, Ordering::Relaxed);
-            }
-            InflightGuard::count(&self.legs[l]);
-        }
-        if let (Some(prev), false) = (req.stream.leg, spread) {
-            if prev != plan.first_leg() {
-                self.legs[plan.first_leg()]
-                    .counters
-                    .stream_switches
-                    .fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        let hand_overs = match &plan {
-            ReadPlan::One(l) | ReadPlan::Spread(l) => {
-                vec![self.reads[*l].lock().hand_over(
-                    &self.legs[*l],
-                    req.file,
-                    req.offset,
-                    req.size,
-                )]
-            }
-            ReadPlan::Split(p) => p
-                .iter()
-                .map(|x| {
-                    self.reads[x.leg]
-                        .lock()
-                        .hand_over(&self.legs[x.leg], req.file, x.offset, x.len)
-                })
-                .collect(),
-        };
-        Some((plan, legs, hand_overs))
-    }
-
-    /// [`route_counted`](Self::route_counted), with the legs' guards.
-    fn route_read(
-        &self,
-        candidates: &[LegIdx],
-        req: &ReadRequest,
-    ) -> Option<(ReadPlan, Vec<InflightGuard<'_>>, Vec<HandOver>)> {
-        let (plan, legs, hand_overs) = self.route_counted(candidates, req)?;
-        let guards = legs
-            .iter()
-            .map(|&l| InflightGuard::adopt(&self.legs[l]))
-            .collect();
-        Some((plan, guards, hand_overs))
-    }
-
-    /// The extent read-ahead ([`readahead`]).
-    pub fn readahead(&self) -> &readahead::ReadAhead {
-        &self.readahead
-    }
-
-    /// After a read of `req` (served or routed) among `candidates`: the extent read-ahead's
-    /// step for the file whose plan `slot` holds ([`readahead::ReadAhead::step`]). Only under
-    /// `auto`, and only when the read-ahead has memory.
-    pub fn read_ahead_step(
-        &self,
-        slot: &Mutex<Option<Arc<readahead::Stream>>>,
-        reader: u64,
-        candidates: &[LegIdx],
-        req: &ReadRequest,
-        fetch: impl FnOnce() -> readahead::FetchFn,
-    ) {
-        if self.readahead.limit() == 0 || !self.auto.load(Ordering::Relaxed) {
-            if let Some(s) = slot.lock().take() {
-                s.release();
-            }
-            return;
-        }
-        let views = || -> Vec<LegView> {
-            candidates
-                .iter()
-                .filter(|&&l| self.legs[l].is_in_sync())
-                .map(|&l| self.reads[l].lock().view(&self.legs[l]))
-                .collect()
-        };
-        self.readahead.step(slot, reader, &views, req, fetch);
-    }
-
-    /// A read-ahead fetch of `len` bytes at `offset` of `file` from `leg`, by `op`: counted
-    /// as the leg's own read (in flight while it runs, its read history, its read counters)
-    /// and subject to injected read faults, like any read.
-    pub fn read_ahead_fetch(
-        &self,
-        leg: LegIdx,
-        file: u64,
-        offset: u64,
-        len: u32,
-        op: impl FnOnce() -> Result<usize>,
-    ) -> Result<usize> {
-        let l = self.legs.get(leg).ok_or(Errno::EIO)?;
-        if !l.is_in_sync() {
-            return Err(Errno::EIO);
-        }
-        self.faults.check_file(leg, "read", Some(file))?;
-        let _inflight = InflightGuard::new(l);
-        let h = self.reads[leg].lock().hand_over(l, file, offset, len);
-        let start = std::time::Instant::now();
-        let n = op()?;
-        let elapsed = start.elapsed().as_micros() as u64;
-        self.reads[leg]
-            .lock()
-            .record(&h, n as u64, elapsed, self.now_us());
-        l.counters.read_ops.fetch_add(1, Ordering::Relaxed);
-        l.counters.read_bytes.fetch_add(n as u64, Ordering::Relaxed);
-        Ok(n)
-    }
-
-    /// The leg a read would go to now, without counting it anywhere (`user.mirrorfs.readleg`).
-    pub fn preview_read_leg(&self, candidates: &[LegIdx], req: &ReadRequest) -> Option<LegIdx> {
-        self.plan_read(candidates, req).map(|p| p.first_leg())
-    }
-
     /// The leg a user means by `what` (its name, `legN`, or its directory; see
     /// [`crate::leg::find`]).
     pub fn find_leg(&self, what: &std::ffi::OsStr) -> Option<LegIdx> {
@@ -469,28 +293,6 @@ impl Mirror {
             .collect();
         crate::leg::find(what, &legs)
     }
-
-    /// The read policy `spec` names, among these legs.
-    pub fn policy_by_name(&self, spec: &str) -> Option<Box<dyn ReadPolicy>> {
-        crate::policy::by_name(spec, self.legs.len(), &|n| {
-            self.find_leg(std::ffi::OsStr::new(n))
-        })
-    }
-
-    /// Replaces the read policy by the one `spec` names; EINVAL (and no change) for a bad name.
-    pub fn set_policy(&self, spec: &str) -> Result<()> {
-        let policy = self.policy_by_name(spec).ok_or(Errno::EINVAL)?;
-        log::info!("read policy: {} -> {}", self.policy_name(), policy.name());
-        self.auto.store(policy.name() == "auto", Ordering::Relaxed);
-        *self.policy.write() = policy;
-        Ok(())
-    }
-
-    /// The name of the read policy in force.
-    pub fn policy_name(&self) -> String {
-        self.policy.read().name()
-    }
-
     /// Runs a read of `req.size` bytes at `req.offset` where the policy says: `op(leg, offset,
     /// len)` reads one piece from one leg. A split plan runs its pieces in parallel on the
     /// legs' workers. Returns the pieces' results in offset order (one for an unsplit read).
