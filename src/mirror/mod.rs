@@ -9,6 +9,7 @@ mod members;
 pub mod op;
 pub mod outcome;
 mod plan;
+mod read;
 pub mod readahead;
 pub mod reads;
 pub mod routed;
@@ -20,41 +21,15 @@ use crate::leg::{Leg, LegIdx};
 use crate::meta::changes::ChangeLog;
 use crate::meta::membership;
 use crate::meta::superblock::LegSuperblock;
-use crate::policy::{ReadPlan, ReadPolicy, ReadRequest};
+use crate::policy::ReadPolicy;
 use fanout::LegWorkers;
 use fault::{FaultRule, Faults};
 pub use op::Op;
 use outcome::DropReason;
 use parking_lot::{Mutex, RwLock};
+pub use read::{FailedRead, ReadLen, ReadOutcome, MAX_READ_ERRORS};
 use reads::{ReadHistory, ServiceFigures};
 use std::sync::atomic::Ordering;
-
-/// Read errors a leg may return (since the mount) before it is dropped instead of repaired: md's `max_corr_read_errors` is 20 as well.
-pub const MAX_READ_ERRORS: u64 = 20;
-
-/// A piece of a read that failed on a leg with an I/O-class error.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FailedRead {
-    pub leg: LegIdx,
-    pub offset: u64,
-    pub len: u32,
-    pub errno: Errno,
-}
-
-/// What a routed read returned: the pieces in offset order, and the pieces that failed on
-/// some leg first (to be repaired there).
-pub struct ReadOutcome<T> {
-    pub data: Vec<T>,
-    pub failed: Vec<FailedRead>,
-}
-
-/// The length of what a read returned (to measure service time per byte).
-pub trait ReadLen {
-    fn len(&self) -> usize;
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
 
 /// What the kernel may have cached of the mirror: told whenever mirrorfs itself changes what
 /// the mount shows, behind the kernel's back (a scrub repair, a new metadata leg). Changes
@@ -292,158 +267,6 @@ impl Mirror {
             .map(|(l, p)| (l.name.as_str(), p.as_path()))
             .collect();
         crate::leg::find(what, &legs)
-    }
-    /// Runs a read of `req.size` bytes at `req.offset` where the policy says: `op(leg, offset,
-    /// len)` reads one piece from one leg. A split plan runs its pieces in parallel on the
-    /// legs' workers. Returns the pieces' results in offset order (one for an unsplit read).
-    ///
-    /// `on_plan` learns the plan before the I/O starts (the stream tracker records it).
-    /// On a leg fault the leg's error is counted and the whole read is asked again of the
-    /// policy among the legs left; a caller error is returned as is. The ranges that failed
-    /// come back with the data, for read-repair ([`ReadOutcome::failed`]); a leg is not dropped
-    /// here unless it is past [`MAX_READ_ERRORS`].
-    pub fn read_routed<T, F>(
-        &self,
-        candidates: &[LegIdx],
-        req: &ReadRequest,
-        what: &str,
-        mut on_plan: impl FnMut(&ReadPlan),
-        op: F,
-    ) -> Result<ReadOutcome<T>>
-    where
-        T: Send + 'static + ReadLen,
-        F: Fn(LegIdx, u64, u32) -> Result<T> + Sync,
-    {
-        let mut tried: Vec<LegIdx> = Vec::new();
-        let mut failed: Vec<FailedRead> = Vec::new();
-        loop {
-            let left: Vec<LegIdx> = candidates
-                .iter()
-                .copied()
-                .filter(|l| !tried.contains(l))
-                .collect();
-            let Some((plan, _inflight, hand_overs)) = self.route_read(&left, req) else {
-                // Every leg failed this read: the caller gets the error (EBADMSG if some copy
-                // failed its checksums: the caller looks again, under the file's data lock); no
-                // leg is dropped for it beyond what the error budget says.
-                if failed.iter().any(|f| f.errno == Errno::EBADMSG) {
-                    return Err(Errno::EBADMSG);
-                }
-                return Err(failed.first().map_or(Errno::EIO, |f| f.errno));
-            };
-            on_plan(&plan);
-            let timed = |piece: usize, leg: LegIdx, offset: u64, len: u32| -> Result<T> {
-                self.faults.check_file(leg, what, Some(req.file))?;
-                let start = std::time::Instant::now();
-                let r = op(leg, offset, len)?;
-                let elapsed = start.elapsed().as_micros() as u64;
-                self.reads[leg].lock().record(
-                    &hand_overs[piece],
-                    r.len() as u64,
-                    elapsed,
-                    self.now_us(),
-                );
-                Ok(r)
-            };
-            let results: Vec<(LegIdx, u64, u32, Result<T>)> = match &plan {
-                ReadPlan::One(leg) | ReadPlan::Spread(leg) => vec![(
-                    *leg,
-                    req.offset,
-                    req.size,
-                    timed(0, *leg, req.offset, req.size),
-                )],
-                ReadPlan::Split(pieces) => {
-                    // Each leg once (the pieces may alternate between legs), running its
-                    // pieces in order: every piece is read exactly once.
-                    let mut legs: Vec<LegIdx> = Vec::new();
-                    for p in pieces.iter() {
-                        if !legs.contains(&p.leg) {
-                            legs.push(p.leg);
-                        }
-                    }
-                    let by_leg = self.workers.run(&legs, |leg| {
-                        pieces
-                            .iter()
-                            .enumerate()
-                            .filter(|(_, p)| p.leg == leg)
-                            .map(|(i, p)| timed(i, leg, p.offset, p.len))
-                            .collect::<Vec<_>>()
-                    });
-                    // Back into offset order.
-                    let mut per_leg: Vec<(LegIdx, std::vec::IntoIter<Result<T>>)> = by_leg
-                        .into_iter()
-                        .map(|(l, v)| (l, v.into_iter()))
-                        .collect();
-                    pieces
-                        .iter()
-                        .map(|p| {
-                            let it = per_leg
-                                .iter_mut()
-                                .find(|(l, _)| *l == p.leg)
-                                .expect("every piece's leg ran");
-                            (
-                                p.leg,
-                                p.offset,
-                                p.len,
-                                it.1.next().expect("one result per piece"),
-                            )
-                        })
-                        .collect()
-                }
-            };
-            let mut out = Vec::with_capacity(results.len());
-            let mut retry = false;
-            for (leg, offset, len, r) in results {
-                match r {
-                    Ok(v) => out.push(v),
-                    Err(Errno::EBADMSG) => {
-                        // The copy read does not match its checksums: asked again elsewhere,
-                        // and repaired (and counted) by the caller once confirmed.
-                        if !tried.contains(&leg) {
-                            tried.push(leg);
-                        }
-                        failed.push(FailedRead {
-                            leg,
-                            offset,
-                            len,
-                            errno: Errno::EBADMSG,
-                        });
-                        retry = true;
-                    }
-                    Err(e) if outcome::is_leg_fault(e) => {
-                        self.legs[leg]
-                            .counters
-                            .read_errors
-                            .fetch_add(1, Ordering::Relaxed);
-                        // Not the counter `stats_reset` zeroes: the budget is the leg's own.
-                        let errors = self.legs[leg].read_faults.fetch_add(1, Ordering::Relaxed) + 1;
-                        log::warn!(
-                            "leg {} ('{}'): {what} of {len} bytes at {offset} of inode {} failed: {e}",
-                            leg,
-                            self.legs[leg].path().display(),
-                            req.file
-                        );
-                        if !tried.contains(&leg) {
-                            tried.push(leg);
-                        }
-                        if errors > MAX_READ_ERRORS {
-                            self.mark_failed(leg, what, DropReason::LegFault(e));
-                        }
-                        failed.push(FailedRead {
-                            leg,
-                            offset,
-                            len,
-                            errno: e,
-                        });
-                        retry = true;
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
-            if !retry {
-                return Ok(ReadOutcome { data: out, failed });
-            }
-        }
     }
 }
 
