@@ -1,5 +1,12 @@
 //! The mirror engine: the legs, fanning operations out to them, reconciling their answers,
 //! dropping a leg that fails, and choosing the leg a read goes to.
+//!
+//! This file holds [`Mirror`], its construction and the thin glue; each job of the engine is
+//! a file of its own: the fan-out (`fanout.rs`, `op.rs`, `outcome.rs`), deadlines
+//! (`deadline.rs`), free space (`space.rs`), membership (`members.rs`), the change records
+//! (`changes.rs`), where a read goes (`plan.rs`), the blocking routed read (`read.rs`) and the
+//! one whose I/O the caller runs (`routed.rs`), each leg's read history (`reads.rs`), the
+//! read-ahead (`readahead.rs`), injected faults (`fault.rs`).
 
 mod changes;
 pub mod deadline;
