@@ -15,9 +15,16 @@
 //! The operation is borrowed, not `'static`: the caller's data (a write's buffer) is not copied.
 //! This is sound because [`LegWorkers::run`] never returns before every job it sent has
 //! finished (each job reports through a channel even if the operation panics).
+//!
+//! [`Mirror::fan_out`] puts it together for a change: the legs dropped meanwhile left out,
+//! injected faults applied, the answers reconciled ([`reconcile`]), and the legs that failed
+//! or disagreed dropped.
 
 use super::op::Op;
-use crate::leg::LegIdx;
+use super::outcome::{reconcile, DropReason};
+use super::Mirror;
+use crate::errno::{Errno, Result};
+use crate::leg::{InflightGuard, LegIdx};
 use crossbeam_channel::{unbounded, Sender};
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -225,9 +232,96 @@ impl Drop for LegWorkers {
     }
 }
 
+impl Mirror {
+    /// Runs `op` on every leg in `legs` in parallel, reconciles the answers, drops legs that
+    /// failed or disagreed, and returns the successful legs' values (or the caller's error).
+    pub fn fan_out<T, F>(&self, legs: &[LegIdx], kind: Op, op: F) -> Result<Vec<(LegIdx, T)>>
+    where
+        T: Send + 'static,
+        F: Fn(LegIdx) -> Result<T> + Sync,
+    {
+        self.fan_out_file(legs, kind, None, op)
+    }
+
+    /// As [`fan_out`](Self::fan_out), for an operation on one file (inode number `file`), so
+    /// that faults injected for that file apply.
+    pub fn fan_out_file<T, F>(
+        &self,
+        legs: &[LegIdx],
+        kind: Op,
+        file: Option<u64>,
+        op: F,
+    ) -> Result<Vec<(LegIdx, T)>>
+    where
+        T: Send + 'static,
+        F: Fn(LegIdx) -> Result<T> + Sync,
+    {
+        let kept = self.not_failed(legs)?;
+        let what = kind.name();
+        let results = self.workers.run_costed(&self.op_costs, kind, &kept, |leg| {
+            let _inflight = InflightGuard::new(&self.legs[leg]);
+            self.faults.check_file(leg, what, file)?;
+            op(leg)
+        });
+        self.settle(what, results)
+    }
+
+    /// Reconciles the legs' answers to `what`, drops the legs that failed or disagreed (a
+    /// leg fault counts as a write error), and returns the successful legs' values (or the
+    /// caller's error).
+    pub(super) fn settle<T>(
+        &self,
+        what: &str,
+        results: Vec<(LegIdx, Result<T>)>,
+    ) -> Result<Vec<(LegIdx, T)>> {
+        let out = reconcile(results);
+        self.internal_faults(what, &out.internal);
+        for (leg, why) in out.drop {
+            if matches!(why, DropReason::LegFault(_)) {
+                self.legs[leg]
+                    .counters
+                    .write_errors
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            self.mark_failed(leg, what, why);
+        }
+        out.answer
+    }
+
+    /// Says that `legs`' parts of `what` met a fault of mirrorfs itself ([`Errno::INTERNAL`]):
+    /// an error in the log, and the legs kept, since their disks did nothing wrong. Their copy
+    /// of what `what` changed may differ from the others' until a scrub finds it.
+    pub fn internal_faults(&self, what: &str, legs: &[LegIdx]) {
+        for &leg in legs {
+            log::error!(
+                "leg {leg} ('{}'): {what}: internal error of mirrorfs (state it should hold is \
+                 missing); the leg is kept, and a scrub finds any copy this left different",
+                self.legs[leg].path().display()
+            );
+        }
+    }
+
+    /// Of `legs`, those not dropped since the caller chose them (its intent record failed,
+    /// say): they get no part of the change. EIO if none is left.
+    pub(super) fn not_failed(&self, legs: &[LegIdx]) -> Result<Vec<LegIdx>> {
+        let kept: Vec<LegIdx> = legs
+            .iter()
+            .copied()
+            .filter(|&l| self.legs[l].state() != crate::leg::LegState::Failed)
+            .collect();
+        if kept.is_empty() && !legs.is_empty() {
+            return Err(Errno::EIO);
+        }
+        Ok(kept)
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::super::fault::FaultRule;
+    use super::super::test_mirror;
     use super::*;
+    use crate::leg::LegState;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::{Condvar, Mutex};
     use std::time::{Duration, Instant};
@@ -382,5 +476,88 @@ mod tests {
         assert!(r.is_err());
         // The pool still works after a panic.
         assert_eq!(w.run(&[0, 1], |l| l), vec![(0, 0), (1, 1)]);
+    }
+
+    fn write_errors(m: &Mirror, leg: LegIdx) -> u64 {
+        m.leg(leg).counters.write_errors.load(Ordering::Relaxed)
+    }
+
+    #[test]
+    fn a_fan_out_drops_the_leg_that_failed_and_answers_with_the_others() {
+        let (_d, m) = test_mirror::plain(3);
+        let r = m.fan_out(&[0, 1, 2], Op::Mkdir, |leg| match leg {
+            1 => Err(Errno::EIO),
+            _ => Ok(leg),
+        });
+        assert_eq!(r, Ok(vec![(0, 0), (2, 2)]));
+        assert_eq!(m.leg(1).state(), LegState::Failed);
+        assert_eq!(write_errors(&m, 1), 1);
+        assert_eq!(m.in_sync_legs(), vec![0, 2]);
+        // The dropped leg gets no part of the next change, even when the caller names it.
+        let ran = Mutex::new(Vec::new());
+        let r = m.fan_out(&[0, 1, 2], Op::Mkdir, |leg| {
+            ran.lock().unwrap().push(leg);
+            Ok(())
+        });
+        assert_eq!(r, Ok(vec![(0, ()), (2, ())]));
+        let mut ran = ran.into_inner().unwrap();
+        ran.sort_unstable();
+        assert_eq!(ran, vec![0, 2]);
+    }
+
+    #[test]
+    fn a_callers_error_everywhere_is_the_answer_and_a_leg_that_disagrees_goes() {
+        let (_d, m) = test_mirror::plain(2);
+        let r = m.fan_out(&[0, 1], Op::Unlink, |_| Err::<(), _>(Errno::ENOENT));
+        assert_eq!(r, Err(Errno::ENOENT));
+        assert_eq!(m.in_sync_legs(), vec![0, 1]);
+        let r = m.fan_out(&[0, 1], Op::Unlink, |leg| match leg {
+            1 => Err(Errno::ENOENT),
+            _ => Ok(()),
+        });
+        assert_eq!(r, Ok(vec![(0, ())]));
+        assert_eq!(m.leg(1).state(), LegState::Failed);
+        assert_eq!(
+            write_errors(&m, 1),
+            0,
+            "it disagreed: no write error of its disk"
+        );
+        // Only dropped legs named: EIO, and nothing runs.
+        let r = m.fan_out(&[1], Op::Unlink, |_| -> Result<()> {
+            panic!("ran on a dropped leg")
+        });
+        assert_eq!(r, Err(Errno::EIO));
+    }
+
+    #[test]
+    fn an_internal_fault_keeps_the_leg() {
+        let (_d, m) = test_mirror::plain(2);
+        let r = m.fan_out(&[0, 1], Op::Setattr, |leg| match leg {
+            1 => Err(Errno::INTERNAL),
+            _ => Ok(leg),
+        });
+        assert_eq!(r, Ok(vec![(0, 0)]));
+        assert_eq!(m.in_sync_legs(), vec![0, 1]);
+        assert_eq!(write_errors(&m, 1), 0);
+    }
+
+    #[test]
+    fn a_fault_injected_for_one_file_hits_only_that_file() {
+        let (_d, m) = test_mirror::plain(2);
+        m.inject_fault(FaultRule {
+            leg: 1,
+            op: "write".into(),
+            errno: Errno::EIO,
+            times: None,
+            file: Some(7),
+        });
+        let r = m.fan_out_file(&[0, 1], Op::Write, Some(8), Ok);
+        assert_eq!(r, Ok(vec![(0, 0), (1, 1)]));
+        let r = m.fan_out_file(&[0, 1], Op::Fsync, Some(7), Ok);
+        assert_eq!(r, Ok(vec![(0, 0), (1, 1)]), "another kind of operation");
+        let r = m.fan_out_file(&[0, 1], Op::Write, Some(7), Ok);
+        assert_eq!(r, Ok(vec![(0, 0)]));
+        assert_eq!(m.leg(1).state(), LegState::Failed);
+        assert_eq!(write_errors(&m, 1), 1);
     }
 }

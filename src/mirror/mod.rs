@@ -1,57 +1,42 @@
 //! The mirror engine: the legs, fanning operations out to them, reconciling their answers,
 //! dropping a leg that fails, and choosing the leg a read goes to.
+//!
+//! This file holds [`Mirror`], its construction and the thin glue; each job of the engine is
+//! a file of its own: the fan-out (`fanout.rs`, `op.rs`, `outcome.rs`), deadlines
+//! (`deadline.rs`), free space (`space.rs`), membership (`members.rs`), the change records
+//! (`changes.rs`), where a read goes (`plan.rs`), the blocking routed read (`read.rs`) and the
+//! one whose I/O the caller runs (`routed.rs`), each leg's read history (`reads.rs`), the
+//! read-ahead (`readahead.rs`), injected faults (`fault.rs`).
 
+mod changes;
 pub mod deadline;
 pub mod fanout;
 pub mod fault;
+mod members;
 pub mod op;
 pub mod outcome;
+mod plan;
+mod read;
 pub mod readahead;
 pub mod reads;
 pub mod routed;
+mod space;
 
 use crate::errno::{Errno, Result};
 use crate::integrity::Integrity;
-use crate::leg::{InflightGuard, Leg, LegIdx};
-use crate::meta::changes::{ChangeLog, Renaming};
-use crate::meta::membership::{self, Event};
+use crate::leg::{Leg, LegIdx};
+use crate::meta::changes::ChangeLog;
+use crate::meta::membership;
 use crate::meta::superblock::LegSuperblock;
-use crate::policy::{LegView, ReadPlan, ReadPolicy, ReadRequest};
+use crate::policy::ReadPolicy;
 use fanout::LegWorkers;
 use fault::{FaultRule, Faults};
 pub use op::Op;
-use outcome::{reconcile, DropReason};
+use outcome::DropReason;
 use parking_lot::{Mutex, RwLock};
-use reads::{HandOver, ReadHistory, ServiceFigures};
+pub use read::{FailedRead, ReadLen, ReadOutcome, MAX_READ_ERRORS};
+use reads::{ReadHistory, ServiceFigures};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
-
-/// Read errors a leg may return (since the mount) before it is dropped instead of repaired: md's `max_corr_read_errors` is 20 as well.
-pub const MAX_READ_ERRORS: u64 = 20;
-
-/// A piece of a read that failed on a leg with an I/O-class error.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FailedRead {
-    pub leg: LegIdx,
-    pub offset: u64,
-    pub len: u32,
-    pub errno: Errno,
-}
-
-/// What a routed read returned: the pieces in offset order, and the pieces that failed on
-/// some leg first (to be repaired there).
-pub struct ReadOutcome<T> {
-    pub data: Vec<T>,
-    pub failed: Vec<FailedRead>,
-}
-
-/// The length of what a read returned (to measure service time per byte).
-pub trait ReadLen {
-    fn len(&self) -> usize;
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
 
 /// What the kernel may have cached of the mirror: told whenever mirrorfs itself changes what
 /// the mount shows, behind the kernel's back (a scrub repair, a new metadata leg). Changes
@@ -199,205 +184,6 @@ impl Mirror {
         self.faults.check_file(leg, what, file)
     }
 
-    /// ENOSPC, before anything is written, if `need` more bytes would take any of `legs`
-    /// below its reserve (`minfreespace`): the legs fill evenly and stay identical, instead
-    /// of one leg failing halfway through a write the others completed.
-    pub fn check_space(&self, legs: &[LegIdx], need: u64) -> Result<()> {
-        for &l in legs {
-            let leg = &self.legs[l];
-            let reserve = leg.reserve.load(Ordering::Relaxed);
-            let fits = match leg.take_space_estimated(need, reserve) {
-                Some(fits) => Ok(fits),
-                None => self
-                    .measure_space(l)
-                    .map(|avail| leg.take_space_measured(avail, need, reserve)),
-            };
-            // A leg we cannot even measure will fail the write itself, and be dealt with there.
-            if let Ok(false) = fits {
-                log::info!(
-                    "leg {} ('{}'): {} more would cross its reserve of {}: ENOSPC",
-                    l,
-                    leg.path().display(),
-                    crate::value::show_size(need),
-                    crate::value::show_size(reserve)
-                );
-                return Err(Errno::ENOSPC);
-            }
-        }
-        Ok(())
-    }
-
-    /// Flushes leg `l`'s filesystem (syncfs) within `leg_timeout`, as an fsync: a leg that
-    /// hangs is dropped, and the sweep does not wait for it.
-    fn flush_leg(&self, l: LegIdx) -> Result<()> {
-        let root = self.legs[l].root()?;
-        self.timed(
-            l,
-            "flush",
-            Box::new(move || crate::leg::flush_root(std::os::fd::AsFd::as_fd(&*root))),
-        )
-    }
-
-    /// Measures the free space of leg `l` (within `leg_timeout`): the bytes available.
-    fn measure_space(&self, l: LegIdx) -> Result<u64> {
-        let root = self.legs[l].root()?;
-        let st = self.timed(
-            l,
-            "statfs",
-            Box::new(move || crate::sys::fd::statvfs(std::os::fd::AsFd::as_fd(&*root))),
-        )?;
-        Ok(self.legs[l].note_space(&st).1)
-    }
-
-    /// The `statvfs` of leg `l`'s filesystem for the statistics: None if it cannot be had
-    /// within `leg_timeout` (the leg is not dropped for that; its I/O will say).
-    pub fn leg_statvfs(&self, l: LegIdx) -> Option<libc::statvfs> {
-        let root = self.legs[l].root().ok()?;
-        let op: deadline::OwnedOp<libc::statvfs> =
-            Box::new(move || crate::sys::fd::statvfs(std::os::fd::AsFd::as_fd(&*root)));
-        let Some(timeout) = self.leg_timeout() else {
-            return op().ok();
-        };
-        let pending = self.hand_over(l, op);
-        pending.wait(deadline::deadline(Some(timeout)))?.ok()
-    }
-
-    /// `leg_timeout=`: how long a leg may take to answer a read, a write, an fsync or a
-    /// free-space query before it is dropped (None: for ever).
-    pub fn leg_timeout(&self) -> Option<std::time::Duration> {
-        match self.leg_timeout_ms.load(Ordering::Relaxed) {
-            0 => None,
-            ms => Some(std::time::Duration::from_millis(ms)),
-        }
-    }
-
-    pub fn set_leg_timeout(&self, t: std::time::Duration) {
-        let ms = u64::try_from(t.as_millis()).unwrap_or(u64::MAX);
-        // A timeout below a millisecond is a millisecond (0 stays "none").
-        let ms = if t.is_zero() { 0 } else { ms.max(1) };
-        self.leg_timeout_ms.store(ms, Ordering::Relaxed);
-    }
-
-    /// Runs `op` on `leg` within `leg_timeout`: on its worker, waiting until the deadline
-    /// (on this thread, as before, without one). A leg that has not answered by then is
-    /// dropped (the last in-sync leg never is), and the caller gets ETIMEDOUT: a read is then
-    /// asked of another leg. See `deadline.rs`.
-    pub fn timed<T: Send + 'static>(
-        &self,
-        leg: LegIdx,
-        what: &str,
-        op: deadline::OwnedOp<T>,
-    ) -> Result<T> {
-        let Some(timeout) = self.leg_timeout() else {
-            return op();
-        };
-        let pending = self.hand_over(leg, op);
-        match pending.wait(deadline::deadline(Some(timeout))) {
-            Some(r) => r,
-            None => {
-                self.timed_out(leg, what, timeout);
-                Err(Errno::ETIMEDOUT)
-            }
-        }
-    }
-
-    /// As [`fan_out_file`](Self::fan_out_file), within `leg_timeout` (see
-    /// [`timed`](Self::timed)): `make(leg)` gives each leg's part, owning what it touches, on
-    /// this thread. A leg whose part is not done by the deadline is dropped, and the change
-    /// stands on the others.
-    pub fn fan_out_owned<T, F>(
-        &self,
-        legs: &[LegIdx],
-        kind: Op,
-        file: Option<u64>,
-        make: F,
-    ) -> Result<Vec<(LegIdx, T)>>
-    where
-        T: Send + 'static,
-        F: Fn(LegIdx) -> Result<deadline::OwnedOp<T>> + Sync,
-    {
-        let Some(timeout) = self.leg_timeout() else {
-            return self.fan_out_file(legs, kind, file, |leg| make(leg)?());
-        };
-        let what = kind.name();
-        let kept = self.not_failed(legs)?;
-        let until = deadline::deadline(Some(timeout));
-        let mut results: Vec<(LegIdx, Result<T>)> = Vec::with_capacity(kept.len());
-        let mut pending = Vec::with_capacity(kept.len());
-        for &leg in &kept {
-            let guard = InflightGuard::new(&self.legs[leg]);
-            match self
-                .faults
-                .check_file(leg, what, file)
-                .and_then(|()| make(leg))
-            {
-                Err(e) => results.push((leg, Err(e))),
-                Ok(op) => {
-                    pending.push((leg, self.hand_over(leg, op), guard));
-                }
-            }
-        }
-        for (leg, p, _guard) in pending {
-            let r = p.wait(until).unwrap_or_else(|| {
-                self.timed_out(leg, what, timeout);
-                Err(Errno::ETIMEDOUT)
-            });
-            results.push((leg, r));
-        }
-        results.sort_by_key(|(l, _)| kept.iter().position(|k| k == l));
-        self.settle(what, results)
-    }
-
-    /// Of `legs`, those not dropped since the caller chose them (its intent record failed,
-    /// say): they get no part of the change. EIO if none is left.
-    fn not_failed(&self, legs: &[LegIdx]) -> Result<Vec<LegIdx>> {
-        let kept: Vec<LegIdx> = legs
-            .iter()
-            .copied()
-            .filter(|&l| self.legs[l].state() != crate::leg::LegState::Failed)
-            .collect();
-        if kept.is_empty() && !legs.is_empty() {
-            return Err(Errno::EIO);
-        }
-        Ok(kept)
-    }
-
-    /// Hands `op` to one of `leg`'s workers (runs it here if there is none).
-    fn hand_over<T: Send + 'static>(
-        &self,
-        leg: LegIdx,
-        op: deadline::OwnedOp<T>,
-    ) -> deadline::Pending<T> {
-        let (job, pending) = deadline::prepare(op, self.legs[leg].abandoned.clone());
-        if let Err(job) = self.workers.submit(leg, job) {
-            job();
-        }
-        pending
-    }
-
-    /// `leg` did not answer `what` within `timeout`: it is dropped (unless it is the last).
-    fn timed_out(&self, leg: LegIdx, what: &str, timeout: std::time::Duration) {
-        log::error!(
-            "leg {leg} ('{}'): {what} not answered in {} s (leg_timeout)",
-            self.legs[leg].path().display(),
-            timeout.as_secs_f64()
-        );
-        self.legs[leg]
-            .counters
-            .timeouts
-            .fetch_add(1, Ordering::Relaxed);
-        self.mark_failed(leg, what, DropReason::LegFault(Errno::ETIMEDOUT));
-    }
-
-    /// The legs that take part in operations now, in leg order.
-    pub fn in_sync_legs(&self) -> Vec<LegIdx> {
-        self.legs
-            .iter()
-            .filter(|l| l.is_in_sync())
-            .map(|l| l.idx)
-            .collect()
-    }
-
     /// From now on, changes behind the kernel's back are told to `view` (once; later calls
     /// are ignored).
     pub fn set_kernel_view(&self, view: Box<dyn KernelView>) {
@@ -409,315 +195,6 @@ impl Mirror {
         if let Some(k) = self.kernel.get() {
             k.path_changed(rel);
         }
-    }
-
-    /// Runs `change` (of leg states); tells the kernel when it moved the metadata leg.
-    fn watching_metadata_leg(&self, change: impl FnOnce()) {
-        let before = self.metadata_leg();
-        change();
-        if self.metadata_leg() != before {
-            if let Some(k) = self.kernel.get() {
-                k.metadata_leg_changed();
-            }
-        }
-    }
-
-    /// The leg whose answers stand for the mirror's metadata (attributes, listings): the first
-    /// in-sync leg that is not quiet (the first in-sync leg if all are), so that what users
-    /// see does not depend on where reads go.
-    pub fn metadata_leg(&self) -> LegIdx {
-        let in_sync = || self.legs.iter().filter(|l| l.is_in_sync());
-        in_sync()
-            .find(|l| !l.quiet)
-            .or_else(|| in_sync().next())
-            .map(|l| l.idx)
-            .unwrap_or(0)
-    }
-
-    /// Of `legs` (in sync), those a lookup leaves alone: the quiet ones, while another leg of
-    /// `legs` is not quiet. Their objects are found when a change needs them.
-    pub fn quiet_among(&self, legs: &[LegIdx]) -> Vec<LegIdx> {
-        if legs.iter().all(|&l| self.legs[l].quiet) {
-            return Vec::new();
-        }
-        legs.iter()
-            .copied()
-            .filter(|&l| self.legs[l].quiet)
-            .collect()
-    }
-
-    /// Runs `op` on every leg in `legs` in parallel, reconciles the answers, drops legs that
-    /// failed or disagreed, and returns the successful legs' values (or the caller's error).
-    pub fn fan_out<T, F>(&self, legs: &[LegIdx], kind: Op, op: F) -> Result<Vec<(LegIdx, T)>>
-    where
-        T: Send + 'static,
-        F: Fn(LegIdx) -> Result<T> + Sync,
-    {
-        self.fan_out_file(legs, kind, None, op)
-    }
-
-    /// As [`fan_out`](Self::fan_out), for an operation on one file (inode number `file`), so
-    /// that faults injected for that file apply.
-    pub fn fan_out_file<T, F>(
-        &self,
-        legs: &[LegIdx],
-        kind: Op,
-        file: Option<u64>,
-        op: F,
-    ) -> Result<Vec<(LegIdx, T)>>
-    where
-        T: Send + 'static,
-        F: Fn(LegIdx) -> Result<T> + Sync,
-    {
-        let kept = self.not_failed(legs)?;
-        let what = kind.name();
-        let results = self.workers.run_costed(&self.op_costs, kind, &kept, |leg| {
-            let _inflight = InflightGuard::new(&self.legs[leg]);
-            self.faults.check_file(leg, what, file)?;
-            op(leg)
-        });
-        self.settle(what, results)
-    }
-
-    /// Reconciles the legs' answers to `what`, drops the legs that failed or disagreed (a
-    /// leg fault counts as a write error), and returns the successful legs' values (or the
-    /// caller's error).
-    fn settle<T>(&self, what: &str, results: Vec<(LegIdx, Result<T>)>) -> Result<Vec<(LegIdx, T)>> {
-        let out = reconcile(results);
-        self.internal_faults(what, &out.internal);
-        for (leg, why) in out.drop {
-            if matches!(why, DropReason::LegFault(_)) {
-                self.legs[leg]
-                    .counters
-                    .write_errors
-                    .fetch_add(1, Ordering::Relaxed);
-            }
-            self.mark_failed(leg, what, why);
-        }
-        out.answer
-    }
-
-    /// Says that `legs`' parts of `what` met a fault of mirrorfs itself ([`Errno::INTERNAL`]):
-    /// an error in the log, and the legs kept, since their disks did nothing wrong. Their copy
-    /// of what `what` changed may differ from the others' until a scrub finds it.
-    pub fn internal_faults(&self, what: &str, legs: &[LegIdx]) {
-        for &leg in legs {
-            log::error!(
-                "leg {leg} ('{}'): {what}: internal error of mirrorfs (state it should hold is \
-                 missing); the leg is kept, and a scrub finds any copy this left different",
-                self.legs[leg].path().display()
-            );
-        }
-    }
-
-    /// Drops `leg` from the mirror: it gets no more reads or writes, and every surviving leg's
-    /// superblock records it, so that a later mount does not trust its copy. The last in-sync
-    /// leg is never dropped.
-    pub fn mark_failed(&self, leg: LegIdx, what: &str, why: DropReason) {
-        let survivors: Vec<LegIdx> = self
-            .in_sync_legs()
-            .into_iter()
-            .filter(|&l| l != leg)
-            .collect();
-        if survivors.is_empty() {
-            log::error!(
-                "leg {} ('{}'): {what} failed ({why:?}), but it is the last in-sync leg; keeping it",
-                leg,
-                self.legs[leg].path().display()
-            );
-            return;
-        }
-        let mut dropped = false;
-        self.watching_metadata_leg(|| dropped = self.legs[leg].set_failed());
-        if !dropped {
-            return;
-        }
-        self.integrity.detach(leg);
-        if let Some(id) = self.leg_id(leg) {
-            self.changes.start_away(&id);
-        }
-        log::error!(
-            "DEGRADED: leg {} ('{}') dropped from the mirror: {what} failed ({why:?}); \
-             serving from {} other leg(s)",
-            leg,
-            self.legs[leg].path().display(),
-            survivors.len()
-        );
-        self.record_dropped_legs();
-    }
-
-    /// The member id of `leg` (see [`membership::member_id`]).
-    pub fn leg_id(&self, leg: LegIdx) -> Option<String> {
-        membership::member_id(&self.superblocks.lock(), leg)
-    }
-
-    /// Applies a membership event ([`membership::transition`]) and writes the superblocks it
-    /// says. `first` (a replaced leg's new directory) is written first, and a failure there
-    /// is the caller's error with nothing else changed; a failure on a serving leg is logged,
-    /// and every serving leg is written again at the next event (at the latest at unmount): a
-    /// drop that no superblock records would let a later mount serve the dropped leg's data.
-    fn membership(&self, event: Event, first: Option<LegIdx>) -> Result<()> {
-        let mut sbs = self.superblocks.lock();
-        let serving = self.in_sync_legs();
-        let mut t = membership::transition(&sbs, &serving, &event);
-        if self.superblocks_behind.swap(false, Ordering::AcqRel) {
-            t.write
-                .extend(serving.iter().filter(|&&s| t.sbs[s].is_some()));
-            t.write.sort_unstable();
-            t.write.dedup();
-        }
-        if let Some(f) = first.filter(|f| t.write.contains(f)) {
-            let sb = t.sbs[f].as_ref().ok_or(Errno::EIO)?;
-            sb.write(&self.legs[f].path()).map_err(Errno::from)?;
-        }
-        for &s in t.write.iter().filter(|&&s| Some(s) != first) {
-            let Some(sb) = t.sbs[s].as_ref() else {
-                continue;
-            };
-            if let Err(e) = sb.write(&self.legs[s].path()) {
-                log::error!(
-                    "cannot write the superblock of '{}': {e}; will retry",
-                    self.legs[s].path().display()
-                );
-                self.superblocks_behind.store(true, Ordering::Release);
-            }
-        }
-        *sbs = t.sbs;
-        Ok(())
-    }
-
-    /// The change records (write-intent and away logs).
-    pub fn changes(&self) -> &ChangeLog {
-        &self.changes
-    }
-
-    /// Records, durably on every in-sync leg, that the object `ino` (whose path on a leg the
-    /// closure gives) is about to change. A leg whose record cannot be written is dropped.
-    pub fn will_change(&self, ino: u64, path: impl FnOnce() -> Option<Vec<u8>>) {
-        let legs = self.in_sync_legs();
-        let failed = self.changes.will_change(ino, &legs, path);
-        self.intent_failed(failed);
-    }
-
-    /// As [`will_change`](Self::will_change) for a directory about to get new entries: one
-    /// record (its cover) stands for it and for what is created in it meanwhile
-    /// ([`ChangeLog::will_change_dir`]).
-    pub fn will_change_dir(&self, ino: u64, path: impl FnOnce() -> Option<Vec<u8>>) {
-        let legs = self.in_sync_legs();
-        let failed = self.changes.will_change_dir(ino, &legs, path);
-        self.intent_failed(failed);
-    }
-
-    /// Before a name of the dirty objects `inos` goes while other names keep them: they are
-    /// recorded by identity (`record`, [`crate::meta::changes::identity_record`]) from now on
-    /// ([`ChangeLog::record_identity`]). A leg whose record cannot be written is dropped.
-    pub fn record_identity(&self, inos: &[u64], record: Vec<u8>) {
-        let legs = self.in_sync_legs();
-        let failed = self.changes.record_identity(inos, record, &legs);
-        self.intent_failed(failed);
-    }
-
-    /// Before a rename reaches the legs: what is dirty at or below the moved paths is
-    /// recorded under the new ones ([`ChangeLog::renaming`]). A leg whose record cannot be
-    /// written is dropped.
-    pub fn renaming(
-        &self,
-        names: (Vec<u8>, Vec<u8>),
-        exchange: bool,
-        parents: (u64, u64),
-        dirs: impl FnOnce() -> Option<(Vec<u8>, Vec<u8>)>,
-    ) -> Renaming {
-        let legs = self.in_sync_legs();
-        let (r, failed) = self.changes.renaming(names, exchange, parents, dirs, &legs);
-        self.intent_failed(failed);
-        r
-    }
-
-    /// After the rename `r` (`done` when it reached the legs): [`ChangeLog::renamed`].
-    pub fn renamed(
-        &self,
-        r: Renaming,
-        done: bool,
-        dirs: impl FnOnce() -> Option<(Vec<u8>, Vec<u8>)>,
-    ) {
-        let legs = self.in_sync_legs();
-        let failed = self.changes.renamed(r, done, dirs, &legs);
-        self.intent_failed(failed);
-    }
-
-    /// Drops the legs whose intent log could not be written.
-    fn intent_failed(&self, failed: Vec<(LegIdx, std::io::Error)>) {
-        for (leg, e) in failed {
-            let errno = e.raw_os_error().map_or(Errno::EIO, Errno);
-            self.legs[leg]
-                .counters
-                .write_errors
-                .fetch_add(1, Ordering::Relaxed);
-            self.mark_failed(leg, "write-intent log", DropReason::LegFault(errno));
-        }
-    }
-
-    /// One sweep of the change records (every second, from the background thread): away
-    /// logs flushed, and intent entries idle for a while cleared once every leg holds their
-    /// data on stable storage. `stamp` is given the idle objects first, for their checksum
-    /// stamps (the copies' ctimes once the mirror's changes settled), committed with them.
-    pub fn sweep_changes(&self, stamp: &dyn Fn(&[u64])) {
-        let legs = self.in_sync_legs();
-        let idle = self.changes.idle();
-        if idle.inos.is_empty() {
-            self.changes.flush_away(&legs);
-            // Checksums may reach the stores before their data is durable: their files stay
-            // in the intent log until a later sweep, so a crash resolves them either way.
-            if self.integrity.backlog() >= crate::integrity::COMMIT_BACKLOG {
-                self.commit_checksums();
-            }
-            return;
-        }
-        for &l in &legs {
-            if let Err(e) = self.flush_leg(l) {
-                log::error!("cannot flush '{}': {e}", self.legs[l].path().display());
-                return;
-            }
-        }
-        // The idle files' data is durable now: their checksums are committed before their
-        // intent entries go, so no clean file ever has checksums behind its data.
-        if self.integrity.enabled() {
-            stamp(&idle.inos);
-        }
-        if !self.commit_checksums() {
-            return;
-        }
-        self.changes.clear(&idle, &legs);
-    }
-
-    /// Commits the checksums kept in memory to every in-sync leg's store. A leg whose store
-    /// cannot be written is dropped; false if no store took them.
-    pub fn commit_checksums(&self) -> bool {
-        let stores = self
-            .in_sync_legs()
-            .into_iter()
-            .filter(|&l| self.integrity.store(l).is_some())
-            .count();
-        let failed = self.integrity.commit_checked(|leg| {
-            self.check_fault(leg, "checksums")
-                .map_err(|e| std::io::Error::from_raw_os_error(e.code()))
-        });
-        let all = stores > 0 && failed.len() == stores;
-        for (leg, e) in failed {
-            log::error!("leg {leg}: {e}");
-            if !all {
-                self.legs[leg]
-                    .counters
-                    .write_errors
-                    .fetch_add(1, Ordering::Relaxed);
-                self.mark_failed(
-                    leg,
-                    "checksum store commit",
-                    DropReason::LegFault(Errno::EIO),
-                );
-            }
-        }
-        !all
     }
 
     /// Opens (or rebuilds, or creates) the checksum store of every in-sync leg. Before the
@@ -761,105 +238,6 @@ impl Mirror {
         &self.integrity
     }
 
-    /// `target` (member `id`) holds the same data as the others now: it is marked in sync,
-    /// every superblock stops recording it as dropped (and moves its event counter on), it
-    /// gets a superblock of its own, and its away logs go. Called with every change held off.
-    pub fn join_leg(&self, target: LegIdx, id: &str) {
-        // Its store: a copy of the metadata leg's, which covers the data it was just given.
-        let from = self.metadata_leg();
-        if let Err(e) = self
-            .integrity
-            .attach_copy(target, &self.legs[target].path(), from)
-        {
-            log::error!(
-                "leg {target}: its checksum store could not be copied from leg {from}'s: {e}; \
-                 it joins without one (reads from it are verified against the others' store)"
-            );
-        }
-        self.watching_metadata_leg(|| self.legs[target].set_state(crate::leg::LegState::InSync));
-        let event = Event::Join {
-            slot: target,
-            id: id.to_string(),
-        };
-        // Serving legs only: no `first`, so this cannot fail (a failed write is retried).
-        let _ = self.membership(event, None);
-        let legs = self.in_sync_legs();
-        self.changes.end_away(id, &legs);
-        self.changes.rewrite_intent(&[target]);
-    }
-
-    /// Puts a new, empty directory in the place of member `leg` (`mirrorfs leg replace`): a
-    /// new member id takes the slot, recorded as behind by every in-sync leg, with a
-    /// superblock of its own; the old member is forgotten. The caller then resyncs it in
-    /// full. `new_path` is canonical and checked by the caller (empty, not another leg).
-    /// The leg must be out of the mirror already (EBUSY otherwise).
-    pub fn replace_member(&self, leg: LegIdx, new_path: &std::path::Path) -> Result<String> {
-        use crate::leg::LegState;
-        match self.legs[leg].state() {
-            LegState::Failed | LegState::Missing | LegState::Stale => {}
-            _ => return Err(Errno::EBUSY),
-        }
-        let old_id = self.leg_id(leg);
-        let new_id = crate::sys::random_hex_id();
-        self.legs[leg].move_to(new_path)?;
-        let event = Event::Replace {
-            slot: leg,
-            new_id: new_id.clone(),
-        };
-        self.membership(event, Some(leg))?;
-        let legs = self.in_sync_legs();
-        if let Some(old) = &old_id {
-            self.changes.end_away(old, &legs);
-        }
-        self.changes.set_root(leg, new_path.to_path_buf());
-        self.legs[leg].set_state(LegState::Failed);
-        log::warn!(
-            "leg {leg} replaced by '{}' (new member {new_id}); it is filled by a full resync",
-            new_path.display()
-        );
-        Ok(new_id)
-    }
-
-    /// Forgets the member `leg` (out of the mirror already): the superblocks no longer list it
-    /// nor count it, and its away logs go, so that later mounts neither wait for it nor
-    /// resync it. EBUSY for a leg in sync or resyncing (fail it first).
-    pub fn remove_member(&self, leg: LegIdx) -> Result<()> {
-        use crate::leg::LegState;
-        match self.legs[leg].state() {
-            LegState::Failed | LegState::Missing | LegState::Stale => {}
-            LegState::Removed => return Ok(()),
-            LegState::InSync | LegState::Resyncing => return Err(Errno::EBUSY),
-        }
-        let id = self.leg_id(leg).ok_or(Errno::EINVAL)?;
-        self.membership(Event::Remove { slot: leg }, None)?;
-        let legs = self.in_sync_legs();
-        self.changes.end_away(&id, &legs);
-        self.legs[leg].set_state(LegState::Removed);
-        log::warn!(
-            "leg {} ('{}') removed from the mirror",
-            leg,
-            self.legs[leg].path().display()
-        );
-        Ok(())
-    }
-
-    /// Writes every dropped leg's id into every in-sync leg's superblock, and moves their
-    /// event counters on. Called when a leg is dropped, and again at unmount in case a write
-    /// failed (the system log says so): a drop that no superblock records would let a later
-    /// mount serve the dropped leg's old data.
-    pub fn record_dropped_legs(&self) {
-        let _ = self.membership(Event::Dropped, None);
-    }
-
-    /// Members of the mirror that were not in the leg list at mount (`-o degraded`).
-    pub fn set_unlisted_members(&self, n: usize) {
-        self.unlisted.store(n, Ordering::Relaxed);
-    }
-
-    pub fn unlisted_members(&self) -> usize {
-        self.unlisted.load(Ordering::Relaxed)
-    }
-
     /// Held (shared) by every operation that changes the legs, for its whole duration.
     pub fn barrier(&self) -> parking_lot::RwLockReadGuard<'_, ()> {
         self.barrier.read_recursive()
@@ -875,37 +253,6 @@ impl Mirror {
         self.stopping.load(Ordering::Acquire)
     }
 
-    /// At a clean unmount: background work stops, every in-sync leg is flushed, the intent
-    /// logs are emptied, and every in-sync leg's superblock says clean, with the dropped legs
-    /// recorded and the event counter moved on.
-    ///
-    /// `stamp` is given every object still marked changing, as for [`Mirror::sweep_changes`].
-    pub fn mark_clean(&self, stamp: &dyn Fn(&[u64])) {
-        self.stopping.store(true, Ordering::Release);
-        // Clean means every leg holds the same data on stable storage: flush first, so that
-        // a power loss after the unmount cannot leave the legs different under a clean flag.
-        let legs = self.in_sync_legs();
-        for &l in &legs {
-            if let Err(e) = self.legs[l].flush() {
-                log::error!("cannot flush '{}': {e}", self.legs[l].path().display());
-                // Not known to be on stable storage: leave the intent log and the flag as
-                // they are, so that the next mount checks the listed files.
-                self.record_dropped_legs();
-                return;
-            }
-        }
-        if self.integrity.enabled() {
-            stamp(&self.changes.dirty_inos());
-        }
-        if !self.commit_checksums() {
-            self.record_dropped_legs();
-            return;
-        }
-        let legs = self.in_sync_legs();
-        self.changes.clear_all(&legs);
-        let _ = self.membership(Event::CleanUnmount, None);
-    }
-
     /// The measured read figures of `leg` (for the statistics).
     pub fn service_figures(&self, leg: LegIdx) -> ServiceFigures {
         self.reads[leg].lock().figures()
@@ -914,182 +261,6 @@ impl Mirror {
     /// Microseconds on the mirror's monotonic clock (the time policies see).
     pub fn now_us(&self) -> u64 {
         self.clock.elapsed().as_micros() as u64
-    }
-
-    /// Asks the policy where a read goes, among the in-sync `candidates`. Pure: counts
-    /// nothing.
-    fn plan_read(&self, candidates: &[LegIdx], req: &ReadRequest) -> Option<ReadPlan> {
-        let views: Vec<LegView> = candidates
-            .iter()
-            .filter(|&&l| self.legs[l].is_in_sync())
-            .map(|&l| self.reads[l].lock().view(&self.legs[l]))
-            .collect();
-        if views.is_empty() {
-            return None;
-        }
-        let plan = self.policy.read().pick(&views, req);
-        Some(self.sane_plan(plan, &views, req))
-    }
-
-    /// A plan the engine can run: legs among the candidates, pieces covering the request in
-    /// order ([`ReadPlan::check`]), inner piece boundaries 4 KiB-aligned so that `O_DIRECT`
-    /// pieces stay aligned. Anything else (a policy bug) becomes the first candidate, logged.
-    fn sane_plan(&self, plan: ReadPlan, views: &[LegView], req: &ReadRequest) -> ReadPlan {
-        let aligned = match &plan {
-            ReadPlan::One(_) | ReadPlan::Spread(_) => true,
-            ReadPlan::Split(p) => p.iter().skip(1).all(|x| x.offset % 4096 == 0),
-        };
-        match plan.check(views, req.offset, req.size) {
-            Ok(()) if aligned => plan,
-            r => {
-                log::warn!(
-                    "read policy gave an unusable plan {plan:?} ({}); reading from the first leg",
-                    r.err().unwrap_or_else(|| "unaligned pieces".into())
-                );
-                ReadPlan::One(views[0].idx)
-            }
-        }
-    }
-
-    /// Decides where a read goes and counts it at once on the legs it goes to (in-flight,
-    /// picks, stream switches, split pieces), under one lock so that concurrent reads see
-    /// each other's choices instead of all herding onto the same idle leg.
-    /// Decides where a read goes and counts it at once on the legs it goes to (in-flight,
-    /// picks, stream switches, split pieces), under one lock so that concurrent reads see
-    /// each other's choices instead of all herding onto the same idle leg. Returns the
-    /// policy's plan, its legs (each counted in flight with [`InflightGuard::count`]: the
-    /// caller gives them back) and each piece's hand-over (for its service time).
-    fn route_counted(
-        &self,
-        candidates: &[LegIdx],
-        req: &ReadRequest,
-    ) -> Option<(ReadPlan, Vec<LegIdx>, Vec<HandOver>)> {
-        let _routing = self.routing.lock();
-        let plan = self.plan_read(candidates, req)?;
-        let legs: Vec<LegIdx> = match &plan {
-            ReadPlan::One(l) | ReadPlan::Spread(l) => vec![*l],
-            ReadPlan::Split(p) => p.iter().map(|x| x.leg).collect(),
-        };
-        let split = matches!(plan, ReadPlan::Split(_));
-        let spread = matches!(plan, ReadPlan::Spread(_));
-        for &l in &legs {
-            let c = &self.legs[l].counters;
-            c.policy_picks.fetch_add(1, Ordering::Relaxed);
-            if split {
-                c.split_reads.fetch_add(1, Ordering::Relaxed);
-            }
-            if spread {
-                c.spread_reads.fetch_add(1, Ordering::Relaxed);
-            }
-            InflightGuard::count(&self.legs[l]);
-        }
-        if let (Some(prev), false) = (req.stream.leg, spread) {
-            if prev != plan.first_leg() {
-                self.legs[plan.first_leg()]
-                    .counters
-                    .stream_switches
-                    .fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        let hand_overs = match &plan {
-            ReadPlan::One(l) | ReadPlan::Spread(l) => {
-                vec![self.reads[*l].lock().hand_over(
-                    &self.legs[*l],
-                    req.file,
-                    req.offset,
-                    req.size,
-                )]
-            }
-            ReadPlan::Split(p) => p
-                .iter()
-                .map(|x| {
-                    self.reads[x.leg]
-                        .lock()
-                        .hand_over(&self.legs[x.leg], req.file, x.offset, x.len)
-                })
-                .collect(),
-        };
-        Some((plan, legs, hand_overs))
-    }
-
-    /// [`route_counted`](Self::route_counted), with the legs' guards.
-    fn route_read(
-        &self,
-        candidates: &[LegIdx],
-        req: &ReadRequest,
-    ) -> Option<(ReadPlan, Vec<InflightGuard<'_>>, Vec<HandOver>)> {
-        let (plan, legs, hand_overs) = self.route_counted(candidates, req)?;
-        let guards = legs
-            .iter()
-            .map(|&l| InflightGuard::adopt(&self.legs[l]))
-            .collect();
-        Some((plan, guards, hand_overs))
-    }
-
-    /// The extent read-ahead ([`readahead`]).
-    pub fn readahead(&self) -> &readahead::ReadAhead {
-        &self.readahead
-    }
-
-    /// After a read of `req` (served or routed) among `candidates`: the extent read-ahead's
-    /// step for the file whose plan `slot` holds ([`readahead::ReadAhead::step`]). Only under
-    /// `auto`, and only when the read-ahead has memory.
-    pub fn read_ahead_step(
-        &self,
-        slot: &Mutex<Option<Arc<readahead::Stream>>>,
-        reader: u64,
-        candidates: &[LegIdx],
-        req: &ReadRequest,
-        fetch: impl FnOnce() -> readahead::FetchFn,
-    ) {
-        if self.readahead.limit() == 0 || !self.auto.load(Ordering::Relaxed) {
-            if let Some(s) = slot.lock().take() {
-                s.release();
-            }
-            return;
-        }
-        let views = || -> Vec<LegView> {
-            candidates
-                .iter()
-                .filter(|&&l| self.legs[l].is_in_sync())
-                .map(|&l| self.reads[l].lock().view(&self.legs[l]))
-                .collect()
-        };
-        self.readahead.step(slot, reader, &views, req, fetch);
-    }
-
-    /// A read-ahead fetch of `len` bytes at `offset` of `file` from `leg`, by `op`: counted
-    /// as the leg's own read (in flight while it runs, its read history, its read counters)
-    /// and subject to injected read faults, like any read.
-    pub fn read_ahead_fetch(
-        &self,
-        leg: LegIdx,
-        file: u64,
-        offset: u64,
-        len: u32,
-        op: impl FnOnce() -> Result<usize>,
-    ) -> Result<usize> {
-        let l = self.legs.get(leg).ok_or(Errno::EIO)?;
-        if !l.is_in_sync() {
-            return Err(Errno::EIO);
-        }
-        self.faults.check_file(leg, "read", Some(file))?;
-        let _inflight = InflightGuard::new(l);
-        let h = self.reads[leg].lock().hand_over(l, file, offset, len);
-        let start = std::time::Instant::now();
-        let n = op()?;
-        let elapsed = start.elapsed().as_micros() as u64;
-        self.reads[leg]
-            .lock()
-            .record(&h, n as u64, elapsed, self.now_us());
-        l.counters.read_ops.fetch_add(1, Ordering::Relaxed);
-        l.counters.read_bytes.fetch_add(n as u64, Ordering::Relaxed);
-        Ok(n)
-    }
-
-    /// The leg a read would go to now, without counting it anywhere (`user.mirrorfs.readleg`).
-    pub fn preview_read_leg(&self, candidates: &[LegIdx], req: &ReadRequest) -> Option<LegIdx> {
-        self.plan_read(candidates, req).map(|p| p.first_leg())
     }
 
     /// The leg a user means by `what` (its name, `legN`, or its directory; see
@@ -1104,178 +275,57 @@ impl Mirror {
             .collect();
         crate::leg::find(what, &legs)
     }
+}
 
-    /// The read policy `spec` names, among these legs.
-    pub fn policy_by_name(&self, spec: &str) -> Option<Box<dyn ReadPolicy>> {
-        crate::policy::by_name(spec, self.legs.len(), &|n| {
-            self.find_leg(std::ffi::OsStr::new(n))
-        })
+/// Mirrors over temporary directories, for the unit tests of the engine's parts.
+#[cfg(test)]
+pub(crate) mod test_mirror {
+    use super::Mirror;
+    use crate::leg::spec::LegSpec;
+    use crate::leg::Leg;
+    use crate::meta::superblock::LegSuperblock;
+
+    /// A mirror over `n` empty directories (`leg0`, `leg1`...) of one temporary directory,
+    /// every leg in sync, read policy `first`, no write-intent log, no checksums, no
+    /// superblocks.
+    pub fn plain(n: usize) -> (tempfile::TempDir, Mirror) {
+        build(n, false, false)
     }
 
-    /// Replaces the read policy by the one `spec` names; EINVAL (and no change) for a bad name.
-    pub fn set_policy(&self, spec: &str) -> Result<()> {
-        let policy = self.policy_by_name(spec).ok_or(Errno::EINVAL)?;
-        log::info!("read policy: {} -> {}", self.policy_name(), policy.name());
-        self.auto.store(policy.name() == "auto", Ordering::Relaxed);
-        *self.policy.write() = policy;
-        Ok(())
+    /// As [`plain`], with a write-intent log if `write_intent` and, if `superblocks`, a new
+    /// mirror's superblocks written on every leg (each listing every member).
+    pub fn build(n: usize, write_intent: bool, superblocks: bool) -> (tempfile::TempDir, Mirror) {
+        with_specs(&vec![LegSpec::default(); n], write_intent, superblocks)
     }
 
-    /// The name of the read policy in force.
-    pub fn policy_name(&self) -> String {
-        self.policy.read().name()
-    }
-
-    /// Runs a read of `req.size` bytes at `req.offset` where the policy says: `op(leg, offset,
-    /// len)` reads one piece from one leg. A split plan runs its pieces in parallel on the
-    /// legs' workers. Returns the pieces' results in offset order (one for an unsplit read).
-    ///
-    /// `on_plan` learns the plan before the I/O starts (the stream tracker records it).
-    /// On a leg fault the leg's error is counted and the whole read is asked again of the
-    /// policy among the legs left; a caller error is returned as is. The ranges that failed
-    /// come back with the data, for read-repair ([`ReadOutcome::failed`]); a leg is not dropped
-    /// here unless it is past [`MAX_READ_ERRORS`].
-    pub fn read_routed<T, F>(
-        &self,
-        candidates: &[LegIdx],
-        req: &ReadRequest,
-        what: &str,
-        mut on_plan: impl FnMut(&ReadPlan),
-        op: F,
-    ) -> Result<ReadOutcome<T>>
-    where
-        T: Send + 'static + ReadLen,
-        F: Fn(LegIdx, u64, u32) -> Result<T> + Sync,
-    {
-        let mut tried: Vec<LegIdx> = Vec::new();
-        let mut failed: Vec<FailedRead> = Vec::new();
-        loop {
-            let left: Vec<LegIdx> = candidates
-                .iter()
-                .copied()
-                .filter(|l| !tried.contains(l))
-                .collect();
-            let Some((plan, _inflight, hand_overs)) = self.route_read(&left, req) else {
-                // Every leg failed this read: the caller gets the error (EBADMSG if some copy
-                // failed its checksums: the caller looks again, under the file's data lock); no
-                // leg is dropped for it beyond what the error budget says.
-                if failed.iter().any(|f| f.errno == Errno::EBADMSG) {
-                    return Err(Errno::EBADMSG);
-                }
-                return Err(failed.first().map_or(Errno::EIO, |f| f.errno));
-            };
-            on_plan(&plan);
-            let timed = |piece: usize, leg: LegIdx, offset: u64, len: u32| -> Result<T> {
-                self.faults.check_file(leg, what, Some(req.file))?;
-                let start = std::time::Instant::now();
-                let r = op(leg, offset, len)?;
-                let elapsed = start.elapsed().as_micros() as u64;
-                self.reads[leg].lock().record(
-                    &hand_overs[piece],
-                    r.len() as u64,
-                    elapsed,
-                    self.now_us(),
-                );
-                Ok(r)
-            };
-            let results: Vec<(LegIdx, u64, u32, Result<T>)> = match &plan {
-                ReadPlan::One(leg) | ReadPlan::Spread(leg) => vec![(
-                    *leg,
-                    req.offset,
-                    req.size,
-                    timed(0, *leg, req.offset, req.size),
-                )],
-                ReadPlan::Split(pieces) => {
-                    // Each leg once (the pieces may alternate between legs), running its
-                    // pieces in order: every piece is read exactly once.
-                    let mut legs: Vec<LegIdx> = Vec::new();
-                    for p in pieces.iter() {
-                        if !legs.contains(&p.leg) {
-                            legs.push(p.leg);
-                        }
-                    }
-                    let by_leg = self.workers.run(&legs, |leg| {
-                        pieces
-                            .iter()
-                            .enumerate()
-                            .filter(|(_, p)| p.leg == leg)
-                            .map(|(i, p)| timed(i, leg, p.offset, p.len))
-                            .collect::<Vec<_>>()
-                    });
-                    // Back into offset order.
-                    let mut per_leg: Vec<(LegIdx, std::vec::IntoIter<Result<T>>)> = by_leg
-                        .into_iter()
-                        .map(|(l, v)| (l, v.into_iter()))
-                        .collect();
-                    pieces
-                        .iter()
-                        .map(|p| {
-                            let it = per_leg
-                                .iter_mut()
-                                .find(|(l, _)| *l == p.leg)
-                                .expect("every piece's leg ran");
-                            (
-                                p.leg,
-                                p.offset,
-                                p.len,
-                                it.1.next().expect("one result per piece"),
-                            )
-                        })
-                        .collect()
-                }
-            };
-            let mut out = Vec::with_capacity(results.len());
-            let mut retry = false;
-            for (leg, offset, len, r) in results {
-                match r {
-                    Ok(v) => out.push(v),
-                    Err(Errno::EBADMSG) => {
-                        // The copy read does not match its checksums: asked again elsewhere,
-                        // and repaired (and counted) by the caller once confirmed.
-                        if !tried.contains(&leg) {
-                            tried.push(leg);
-                        }
-                        failed.push(FailedRead {
-                            leg,
-                            offset,
-                            len,
-                            errno: Errno::EBADMSG,
-                        });
-                        retry = true;
-                    }
-                    Err(e) if outcome::is_leg_fault(e) => {
-                        self.legs[leg]
-                            .counters
-                            .read_errors
-                            .fetch_add(1, Ordering::Relaxed);
-                        // Not the counter `stats_reset` zeroes: the budget is the leg's own.
-                        let errors = self.legs[leg].read_faults.fetch_add(1, Ordering::Relaxed) + 1;
-                        log::warn!(
-                            "leg {} ('{}'): {what} of {len} bytes at {offset} of inode {} failed: {e}",
-                            leg,
-                            self.legs[leg].path().display(),
-                            req.file
-                        );
-                        if !tried.contains(&leg) {
-                            tried.push(leg);
-                        }
-                        if errors > MAX_READ_ERRORS {
-                            self.mark_failed(leg, what, DropReason::LegFault(e));
-                        }
-                        failed.push(FailedRead {
-                            leg,
-                            offset,
-                            len,
-                            errno: e,
-                        });
-                        retry = true;
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
-            if !retry {
-                return Ok(ReadOutcome { data: out, failed });
-            }
+    /// As [`build`], a leg with the attributes of each of `specs` (quiet, write-mostly...).
+    pub fn with_specs(
+        specs: &[LegSpec],
+        write_intent: bool,
+        superblocks: bool,
+    ) -> (tempfile::TempDir, Mirror) {
+        let n = specs.len();
+        let d = tempfile::tempdir().unwrap();
+        let mut legs = Vec::new();
+        for (i, spec) in specs.iter().enumerate() {
+            let dir = d.path().join(format!("leg{i}"));
+            std::fs::create_dir(&dir).unwrap();
+            let dir = dir.canonicalize().unwrap();
+            legs.push(Leg::open(i, &dir, spec).unwrap());
         }
+        let mut sbs: Vec<Option<LegSuperblock>> = vec![None; n];
+        if superblocks {
+            let mut all: Vec<LegSuperblock> =
+                (0..n).map(|i| LegSuperblock::new("test", i, n)).collect();
+            let ids: Vec<String> = all.iter().map(|s| s.leg_id.clone()).collect();
+            for (sb, leg) in all.iter_mut().zip(&legs) {
+                sb.members = ids.clone();
+                sb.write(&leg.path()).unwrap();
+            }
+            sbs = all.into_iter().map(Some).collect();
+        }
+        let policy = crate::policy::by_name("first", n, &|_| None).unwrap();
+        let m = Mirror::new(legs, sbs, 1, policy, write_intent, false).unwrap();
+        (d, m)
     }
 }

@@ -18,8 +18,9 @@
 //!   verifies) marks its extent failed: reads there go to a leg as usual, which retries,
 //!   repairs and counts as for any read.
 
-use crate::errno::Result;
-use crate::leg::LegIdx;
+use super::Mirror;
+use crate::errno::{Errno, Result};
+use crate::leg::{InflightGuard, LegIdx};
 use crate::policy::extents::{self, Extents, CHUNK, EXTENT};
 use crate::policy::{LegView, ReadRequest};
 use crate::sys::aligned::AlignedBuf;
@@ -502,9 +503,75 @@ impl ReadAhead {
     }
 }
 
+impl Mirror {
+    /// The extent read-ahead (this file).
+    pub fn readahead(&self) -> &ReadAhead {
+        &self.readahead
+    }
+
+    /// After a read of `req` (served or routed) among `candidates`: the extent read-ahead's
+    /// step for the file whose plan `slot` holds ([`ReadAhead::step`]). Only under
+    /// `auto`, and only when the read-ahead has memory.
+    pub fn read_ahead_step(
+        &self,
+        slot: &Mutex<Option<Arc<Stream>>>,
+        reader: u64,
+        candidates: &[LegIdx],
+        req: &ReadRequest,
+        fetch: impl FnOnce() -> FetchFn,
+    ) {
+        if self.readahead.limit() == 0 || !self.auto.load(Ordering::Relaxed) {
+            if let Some(s) = slot.lock().take() {
+                s.release();
+            }
+            return;
+        }
+        let views = || -> Vec<LegView> {
+            candidates
+                .iter()
+                .filter(|&&l| self.legs[l].is_in_sync())
+                .map(|&l| self.reads[l].lock().view(&self.legs[l]))
+                .collect()
+        };
+        self.readahead.step(slot, reader, &views, req, fetch);
+    }
+
+    /// A read-ahead fetch of `len` bytes at `offset` of `file` from `leg`, by `op`: counted
+    /// as the leg's own read (in flight while it runs, its read history, its read counters)
+    /// and subject to injected read faults, like any read.
+    pub fn read_ahead_fetch(
+        &self,
+        leg: LegIdx,
+        file: u64,
+        offset: u64,
+        len: u32,
+        op: impl FnOnce() -> Result<usize>,
+    ) -> Result<usize> {
+        let l = self.legs.get(leg).ok_or(Errno::EIO)?;
+        if !l.is_in_sync() {
+            return Err(Errno::EIO);
+        }
+        self.faults.check_file(leg, "read", Some(file))?;
+        let _inflight = InflightGuard::new(l);
+        let h = self.reads[leg].lock().hand_over(l, file, offset, len);
+        let start = std::time::Instant::now();
+        let n = op()?;
+        let elapsed = start.elapsed().as_micros() as u64;
+        self.reads[leg]
+            .lock()
+            .record(&h, n as u64, elapsed, self.now_us());
+        l.counters.read_ops.fetch_add(1, Ordering::Relaxed);
+        l.counters.read_bytes.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::super::fault::FaultRule;
+    use super::super::test_mirror;
     use super::*;
+    use crate::leg::LegState;
     use crate::policy::StreamView;
 
     fn disk(idx: LegIdx, inflight: u32) -> LegView {
@@ -649,5 +716,58 @@ mod tests {
         let slot = Mutex::new(None);
         off.step(&slot, 1, &views, &req(EXTENT + 5), || unreachable!());
         assert!(slot.lock().is_none());
+    }
+
+    #[test]
+    fn a_read_ahead_fetch_is_counted_as_its_legs_read() {
+        let (_d, m) = test_mirror::plain(2);
+        let l = m.leg(1);
+        let r = m.read_ahead_fetch(1, 9, 0, 8192, || {
+            assert_eq!(
+                l.inflight.load(Ordering::Acquire),
+                1,
+                "in flight while it runs"
+            );
+            Ok(8192)
+        });
+        assert_eq!(r, Ok(8192));
+        assert_eq!(l.inflight.load(Ordering::Acquire), 0);
+        assert_eq!(l.counters.read_ops.load(Ordering::Relaxed), 1);
+        assert_eq!(l.counters.read_bytes.load(Ordering::Relaxed), 8192);
+        // An injected read fault for the file, a leg out of the mirror, no such leg: EIO,
+        // and nothing is read.
+        m.inject_fault(FaultRule {
+            leg: 1,
+            op: "read".into(),
+            errno: Errno::EIO,
+            times: Some(1),
+            file: Some(9),
+        });
+        let never = || -> Result<usize> { panic!("read") };
+        assert_eq!(m.read_ahead_fetch(1, 9, 0, 8192, never), Err(Errno::EIO));
+        l.set_state(LegState::Failed);
+        assert_eq!(m.read_ahead_fetch(1, 9, 0, 8192, never), Err(Errno::EIO));
+        assert_eq!(m.read_ahead_fetch(2, 9, 0, 8192, never), Err(Errno::EIO));
+        assert_eq!(l.counters.read_ops.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn without_auto_the_read_ahead_step_lets_the_files_plan_go() {
+        let (_d, m) = test_mirror::plain(2);
+        let ra = m.readahead();
+        ra.set_limit(256 << 20);
+        let slot = Mutex::new(None);
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let views = || vec![disk(0, 0), disk(1, 0)];
+        ra.step(&slot, 1, &views, &req(EXTENT + 5), || {
+            file(1 << 40, log.clone())
+        });
+        let s = slot.lock().clone().expect("engaged");
+        // The policy is `first`: the mirror's step gives the plan up instead of running it.
+        let never = || -> FetchFn { panic!("engaged again") };
+        m.read_ahead_step(&slot, 1, &[0, 1], &req(EXTENT + 6), never);
+        assert!(slot.lock().is_none());
+        assert!(s.finished());
+        assert_eq!(ra.counters().held.load(Ordering::Relaxed), 0);
     }
 }
