@@ -65,7 +65,7 @@ impl LiveObjects for Live {
             let Some(rel) = super::relpath(&self.mirror, inode) else {
                 return Ok(None);
             };
-            if rel == b"." {
+            if rel == sys::fd::ROOT_REL {
                 return Ok(None);
             }
             match sys::fd::open_beneath(leg_root.as_fd(), &rel) {

@@ -708,7 +708,7 @@ fn path_on(
     let p = sys::fd::path_of(fd).ok()?;
     let rel = p.strip_prefix(mirror.leg(leg).path()).ok()?;
     let rel = match rel.as_os_str().as_bytes() {
-        b"" => b".".to_vec(),
+        b"" => sys::fd::ROOT_REL.to_vec(),
         b => b.to_vec(),
     };
     let st = sys::fd::fstat(fd).ok()?;

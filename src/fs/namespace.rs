@@ -381,7 +381,7 @@ impl MirrorFs {
     ) -> Result<()> {
         let (parent, name) = match rel.iter().rposition(|&b| b == b'/') {
             Some(i) => (&rel[..i], &rel[i + 1..]),
-            None => (&b""[..], rel),
+            None => (sys::fd::ROOT_REL, rel),
         };
         let name = std::ffi::CString::new(name).map_err(|_| Errno::EINVAL)?;
         let root = self.mirror.leg(leg).root()?;

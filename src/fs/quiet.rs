@@ -96,7 +96,7 @@ fn find(
             return Ok(None);
         };
         let found = match rel.as_slice() {
-            b"." => sys::fd::reopen(root.as_fd(), libc::O_PATH | libc::O_DIRECTORY),
+            sys::fd::ROOT_REL => sys::fd::reopen(root.as_fd(), libc::O_PATH | libc::O_DIRECTORY),
             _ => sys::fd::open_beneath(root.as_fd(), &rel),
         };
         let settled = names.still(mark) && path_elsewhere(mirror, inode, leg)? == Some(rel.clone());

@@ -4,6 +4,7 @@
 //! crash reads them back as paths, by walking the legs.
 
 use crate::meta::changes::{child_path, CoverRecord};
+use crate::sys::fd::ROOT_REL;
 
 /// Every name, relative to the leg root, of the object that is `ino` on the leg whose root is
 /// `root` (directories are never it: they have one name, and a record of their own): the
@@ -18,10 +19,9 @@ pub fn find_identity(
 ) -> Vec<Vec<u8>> {
     use std::os::unix::ffi::OsStringExt;
     let mut out = Vec::new();
-    let mut todo: Vec<Vec<u8>> = vec![b".".to_vec()];
+    let mut todo: Vec<Vec<u8>> = vec![ROOT_REL.to_vec()];
     while let Some(dir) = todo.pop() {
-        let rel: &[u8] = if dir == b"." { b"" } else { &dir };
-        let Ok(fd) = crate::sys::fd::open_beneath(root, rel) else {
+        let Ok(fd) = crate::sys::fd::open_beneath(root, &dir) else {
             continue;
         };
         let Ok(entries) = crate::sys::dir::read_dir(std::os::fd::AsFd::as_fd(&fd)) else {
@@ -87,10 +87,9 @@ fn expand_one(
     use std::os::unix::ffi::OsStringExt;
     let mut out = Vec::new();
     let mut sub = Vec::new();
-    let rel: &[u8] = if dir == b"." { b"" } else { dir };
     let mut names: std::collections::BTreeSet<Vec<u8>> = Default::default();
     for &root in roots {
-        let Ok(fd) = crate::sys::fd::open_beneath(root, rel) else {
+        let Ok(fd) = crate::sys::fd::open_beneath(root, dir) else {
             continue;
         };
         let Ok(entries) = crate::sys::dir::read_dir(std::os::fd::AsFd::as_fd(&fd)) else {
@@ -173,7 +172,7 @@ mod tests {
         std::fs::write(r.join("e/z"), b"z").unwrap();
         let ino = std::fs::metadata(r.join("b/c/y")).unwrap().ino();
         let root = crate::sys::fd::open_root(r).unwrap();
-        let skip = |dir: &[u8], name: &[u8]| dir == b"." && name == META_DIR.as_bytes();
+        let skip = |dir: &[u8], name: &[u8]| dir == ROOT_REL && name == META_DIR.as_bytes();
         assert_eq!(
             find_identity(root.as_fd(), ino, &skip),
             vec![b"a/x (deleted)".to_vec(), b"b/c/y".to_vec()]

@@ -84,7 +84,7 @@ fn to_paths(records: Vec<Vec<u8>>) -> Vec<PathBuf> {
     records
         .into_iter()
         .map(|r| {
-            if r == b"." {
+            if r == sys::fd::ROOT_REL {
                 PathBuf::new()
             } else {
                 PathBuf::from(OsString::from_vec(r))
@@ -151,7 +151,7 @@ impl Recovery {
             .collect::<Result<Vec<_>>>()?;
         let fds: Vec<_> = roots.iter().map(|r| r.as_fd()).collect();
         let skip = |dir: &[u8], name: &[u8]| {
-            dir == b"."
+            dir == sys::fd::ROOT_REL
                 && self
                     .tree
                     .skip_root_names
@@ -557,7 +557,7 @@ impl Recovery {
         // own metadata always: the target's `.mirrorfs/` moved its mtime.
         let _all = self.mirror.exclusive();
         pending.extend(self.mirror.changes().take_changed(id));
-        pending.push(b".".to_vec());
+        pending.push(sys::fd::ROOT_REL.to_vec());
         pass(pending, Arc::new(Throttle::new(None)))?;
         self.mirror.leg(target).flush()?;
         self.objects.attach_leg(target)?;

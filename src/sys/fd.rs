@@ -173,9 +173,14 @@ pub fn link_by_name_at(
     .map(drop)
 }
 
+/// The relative path of a leg's root itself, as every relative path in mirrorfs spells it, in
+/// memory and in the change logs on disk: `.`, never the empty path.
+pub const ROOT_REL: &[u8] = b".";
+
 /// Opens `rel` (a relative path, `/`-separated, without `.` or `..` components) beneath the
-/// directory `root` as `O_PATH`, one component at a time without following symlinks. An empty
-/// `rel` (or `.`) opens `root` itself again. ENOENT if some component does not exist.
+/// directory `root` as `O_PATH`, one component at a time without following symlinks.
+/// [`ROOT_REL`] opens `root` itself again (so does an empty `rel`). ENOENT if some component
+/// does not exist.
 pub fn open_beneath(root: BorrowedFd<'_>, rel: &[u8]) -> Result<OwnedFd> {
     let mut cur = open_path_at(root, c".")?;
     for comp in rel.split(|&b| b == b'/').filter(|c| !c.is_empty()) {

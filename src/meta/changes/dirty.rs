@@ -5,6 +5,7 @@
 
 use super::format::{child_path, cover_record, log_path, now_secs, read_log, rewrite, INTENT_LOG};
 use super::{ChangeLog, Inner};
+use crate::sys::fd::ROOT_REL;
 use std::collections::HashSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -47,8 +48,8 @@ pub(super) const SUBTREE_AFTER: usize = 3;
 
 /// The deepest directory holding both `a` and `b` (relative paths, `.` for the root).
 fn common_dir<'a>(a: &'a [u8], b: &[u8]) -> &'a [u8] {
-    if a == b"." || b == b"." {
-        return b".";
+    if a == ROOT_REL || b == ROOT_REL {
+        return ROOT_REL;
     }
     let mut end = 0;
     let mut ai = a.split(|&c| c == b'/');
@@ -64,7 +65,7 @@ fn common_dir<'a>(a: &'a [u8], b: &[u8]) -> &'a [u8] {
         }
     }
     if end == 0 {
-        b"."
+        ROOT_REL
     } else {
         &a[..end]
     }
@@ -72,7 +73,7 @@ fn common_dir<'a>(a: &'a [u8], b: &[u8]) -> &'a [u8] {
 
 /// Whether `p` is `dir` or below it.
 fn is_within(p: &[u8], dir: &[u8]) -> bool {
-    dir == b"." || p == dir || (p.starts_with(dir) && p.get(dir.len()) == Some(&b'/'))
+    dir == ROOT_REL || p == dir || (p.starts_with(dir) && p.get(dir.len()) == Some(&b'/'))
 }
 
 impl Inner {
@@ -100,7 +101,7 @@ impl Inner {
             return None;
         }
         let dir = fresh.iter().fold(p, |acc, d| common_dir(acc, d));
-        (dir != b".").then(|| dir.to_vec())
+        (dir != ROOT_REL).then(|| dir.to_vec())
     }
 
     /// Marks `ino` dirty as `d`.

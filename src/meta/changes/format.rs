@@ -5,6 +5,7 @@
 //! cover (`/c`, `/s`), an identity (`/i`), or the away logs' [`WHOLE_TREE`].
 
 use crate::meta::META_DIR;
+use crate::sys::fd::ROOT_REL;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -146,7 +147,7 @@ pub(super) fn now_secs() -> u64 {
 
 /// The path of `name` in the directory at `dir` (`.` for the root).
 pub(crate) fn child_path(dir: &[u8], name: &[u8]) -> Vec<u8> {
-    if dir == b"." {
+    if dir == ROOT_REL {
         return name.to_vec();
     }
     let mut p = dir.to_vec();
