@@ -17,6 +17,12 @@
 //! than `budget` descriptors are open, the oldest are closed, and reopened through the handle
 //! (`open_by_handle_at`) when next needed. Objects on filesystems without handles, on another
 //! filesystem than their leg's root, and objects with open files keep their descriptors.
+//!
+//! In a file of its own: how a regular file's open files reach its data (`io_mode.rs`).
+
+mod io_mode;
+
+pub use io_mode::{Backing, IoMode};
 
 use super::takeover;
 use crate::errno::{Errno, Result};
@@ -90,44 +96,6 @@ impl Drop for DataChange<'_> {
             s.invalidate();
         }
     }
-}
-
-/// The leg file passthrough opens of a file are read from; counted in the leg's
-/// `passthrough_files` while it lives.
-pub struct Backing {
-    pub leg: LegIdx,
-    pub file: Arc<OwnedFd>,
-    count: Arc<std::sync::atomic::AtomicU32>,
-}
-
-impl Backing {
-    pub fn new(leg: LegIdx, file: OwnedFd, count: Arc<std::sync::atomic::AtomicU32>) -> Backing {
-        count.fetch_add(1, Ordering::Relaxed);
-        Backing {
-            leg,
-            file: Arc::new(file),
-            count,
-        }
-    }
-}
-
-impl Drop for Backing {
-    fn drop(&mut self) {
-        self.count.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// How the open files of a regular file reach its data (the kernel's rules for FUSE
-/// passthrough, `fs/iomode.c`): while any open is passed through to a leg's file, every open
-/// of the inode must be passed through to that same file, and none may use the page cache.
-#[derive(Default)]
-pub struct IoMode {
-    /// The leg file the kernel reads passthrough opens from, while any is open.
-    pub backing: Option<Backing>,
-    /// Open files passed through (including writers answered with direct I/O).
-    pub passthrough: usize,
-    /// Open files through the page cache.
-    pub cached: usize,
 }
 
 /// What a regular file's checksums are.
@@ -1183,7 +1151,6 @@ impl InodeTable {
         self.cache.open_count()
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
