@@ -3,14 +3,6 @@
 //! An inode holds one `O_PATH` descriptor per leg (passthrough_hp's design, once per leg), so
 //! every namespace operation is an `*at()` call relative to the parent's descriptor on each leg.
 //!
-//! Inode numbers are ours, not a leg's: a number is found through the *identity* of the object
-//! on any leg, `(leg, st_dev, st_ino)`. All names of a hard link therefore share one number, a
-//! rename keeps it, and it does not depend on which leg serves reads. Identities outlive the
-//! inode (the kernel may forget it and look it up again: it gets the same number back). A leg
-//! can only reuse a backing inode number after the object is gone and its descriptors closed,
-//! which happens only once the kernel has forgotten our inode, so a reused identity can never
-//! collide with a live inode.
-//!
 //! Descriptors are a bounded cache, not a pin: the kernel may hold hundreds of thousands of
 //! inodes (a `tar` of a source tree), more than the open-file limit allows descriptors. Each
 //! per-leg object therefore also keeps its kernel *file handle* (`name_to_handle_at`); once more
@@ -18,19 +10,22 @@
 //! (`open_by_handle_at`) when next needed. Objects on filesystems without handles, on another
 //! filesystem than their leg's root, and objects with open files keep their descriptors.
 //!
-//! In a file of its own: how a regular file's open files reach its data (`io_mode.rs`).
+//! In files of their own: which number an object has, kept past its inode (`numbers.rs`); how
+//! a regular file's open files reach its data (`io_mode.rs`).
 
 mod io_mode;
+mod numbers;
 
 pub use io_mode::{Backing, IoMode};
+pub use numbers::{Identity, REMEMBERED};
 
 use super::takeover;
 use crate::errno::{Errno, Result};
 use crate::leg::LegIdx;
 use crate::sys;
 use crate::sys::fd::FileHandle;
+use numbers::Numbers;
 use parking_lot::{Mutex, RwLock};
-use smallvec::SmallVec;
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -42,9 +37,6 @@ pub const ROOT_INO: u64 = 1;
 /// The control file `MOUNT/.mirrorfs`'s inode number (never given to a file on the legs).
 pub const CONTROL_INO: u64 = 2;
 
-/// Most inode numbers kept for objects that are not live (forgotten by the kernel, or only
-/// named by a listing), with their identities: a few hundred bytes each with two legs.
-pub const REMEMBERED: usize = 1 << 16;
 /// Inodes forgotten between two tidyings of memory ([`InodeTable::tidy`]).
 const TIDY_EVERY: usize = 8192;
 
@@ -457,165 +449,18 @@ pub struct AttachReport {
     pub unresolved: usize,
 }
 
-/// Where an object sits on one leg.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Identity {
-    pub leg: LegIdx,
-    pub dev: u64,
-    pub ino: u64,
-}
-
 struct Entry {
     inode: Arc<Inode>,
     /// The kernel's lookup count.
     lookups: u64,
 }
 
-/// What the table knows of one inode number.
-struct Known {
-    /// The identities that map to it (the reverse of `identity`), so that a number handed to
-    /// a new object first drops every identity of the dead one it replaces. Inline up to two
-    /// legs: a remembered number is one of the few things that outlive an inode, and a heap
-    /// block of its own for each would stay scattered among the freed inodes, keeping their
-    /// memory pages from being given back.
-    ids: SmallVec<[Identity; 2]>,
-    /// While the number is not live: the stamp of its entry in `Inner::idle_order`; 0 while
-    /// it is live.
-    idle_stamp: u64,
-}
-
 struct Inner {
     live: HashMap<u64, Entry>,
-    /// Identity on a leg -> inode number: those of live inodes, and of at most `remembered`
-    /// numbers that are not live (forgotten by the kernel, or only named by a listing), so
-    /// that an object forgotten recently gets the same number back.
-    identity: HashMap<Identity, u64>,
-    /// Every number `identity` maps to, live or not.
-    known: HashMap<u64, Known>,
-    /// The numbers that are known but not live, oldest first, each with the stamp it was
-    /// queued under. An entry whose stamp is no longer its number's (the number went live,
-    /// was queued again, or was dropped) is stale and skipped.
-    idle_order: VecDeque<(u64, u64)>,
-    /// How many known numbers are not live (the entries of `idle_order` that are not stale).
-    idle: usize,
-    /// Most numbers kept while not live: past it, the oldest are dropped.
-    remembered: usize,
-    next_stamp: u64,
-    next_ino: u64,
+    /// The numbers of the objects, live or not.
+    numbers: Numbers,
     /// Inodes forgotten since memory was last tidied ([`InodeTable::tidy`]).
     forgotten: usize,
-}
-
-impl Inner {
-    /// Makes `ino` the number of exactly the identities `ids`: stale identities of an earlier
-    /// object with that number are dropped, and `ids` leave the numbers they had before.
-    fn bind(&mut self, ino: u64, ids: &[Identity]) {
-        let idle_stamp = match self.known.remove(&ino) {
-            Some(old) => {
-                for id in old.ids {
-                    if self.identity.get(&id) == Some(&ino) {
-                        self.identity.remove(&id);
-                    }
-                }
-                old.idle_stamp
-            }
-            None => 0,
-        };
-        self.known.insert(
-            ino,
-            Known {
-                ids: SmallVec::new(),
-                idle_stamp,
-            },
-        );
-        for id in ids {
-            self.add_identity(ino, *id);
-        }
-    }
-
-    /// Maps `id` to `ino` (which must be known), taking it from the number it had.
-    fn add_identity(&mut self, ino: u64, id: Identity) {
-        if let Some(prev) = self.identity.insert(id, ino) {
-            if prev != ino {
-                let mut orphan = false;
-                if let Some(k) = self.known.get_mut(&prev) {
-                    k.ids.retain(|x| *x != id);
-                    // A number that is not live and has no identity left can never be found
-                    // again: it goes now rather than when its turn comes.
-                    orphan = k.ids.is_empty() && k.idle_stamp != 0;
-                }
-                if orphan {
-                    self.known.remove(&prev);
-                    self.idle -= 1;
-                }
-            }
-        }
-        if let Some(k) = self.known.get_mut(&ino) {
-            if !k.ids.contains(&id) {
-                k.ids.push(id);
-            }
-        }
-    }
-
-    /// `ino` is live (again).
-    fn set_live(&mut self, ino: u64) {
-        if let Some(k) = self.known.get_mut(&ino) {
-            if k.idle_stamp != 0 {
-                k.idle_stamp = 0;
-                self.idle -= 1;
-            }
-        }
-    }
-
-    /// `ino` is not live (any more), or was named again while not live: it becomes the most
-    /// recent of the numbers kept, and the oldest go while there are more than `remembered`.
-    fn set_idle(&mut self, ino: u64) {
-        let Some(k) = self.known.get_mut(&ino) else {
-            return;
-        };
-        if k.idle_stamp == 0 {
-            self.idle += 1;
-        }
-        self.next_stamp += 1;
-        k.idle_stamp = self.next_stamp;
-        self.idle_order.push_back((ino, self.next_stamp));
-        while self.idle > self.remembered {
-            let Some((old, stamp)) = self.idle_order.pop_front() else {
-                break;
-            };
-            if self.known.get(&old).is_some_and(|k| k.idle_stamp == stamp) {
-                self.drop_number(old);
-            }
-        }
-        // Stale entries pile up when numbers go live and idle again without any being
-        // dropped: compact.
-        if self.idle_order.len() > 2 * self.remembered + 64 {
-            let known = &self.known;
-            self.idle_order
-                .retain(|(n, stamp)| known.get(n).is_some_and(|k| k.idle_stamp == *stamp));
-        }
-    }
-
-    /// Forgets the number `ino` (not live) and its identities: the objects get a new number
-    /// when next seen. Numbers are never handed out twice, so this one is gone for good.
-    fn drop_number(&mut self, ino: u64) {
-        if let Some(k) = self.known.remove(&ino) {
-            if k.idle_stamp != 0 {
-                self.idle -= 1;
-            }
-            for id in k.ids {
-                if self.identity.get(&id) == Some(&ino) {
-                    self.identity.remove(&id);
-                }
-            }
-        }
-    }
-
-    fn fresh_number(&mut self) -> u64 {
-        let n = self.next_ino;
-        self.next_ino += 1;
-        n
-    }
 }
 
 /// Gives back most of a map's room once it holds under a quarter of it.
@@ -662,16 +507,10 @@ impl InodeTable {
         let cache = Arc::new(FdCache::new(&roots, devs, fd_budget));
         let mut inner = Inner {
             live: HashMap::new(),
-            identity: HashMap::new(),
-            known: HashMap::new(),
-            idle_order: VecDeque::new(),
-            idle: 0,
-            remembered: remembered.max(1),
-            next_stamp: 0,
-            next_ino: CONTROL_INO + 1,
+            numbers: Numbers::new(remembered, CONTROL_INO + 1),
             forgotten: 0,
         };
-        inner.bind(ROOT_INO, root_ids);
+        inner.numbers.bind(ROOT_INO, root_ids);
         inner.live.insert(
             ROOT_INO,
             Entry {
@@ -735,10 +574,13 @@ impl InodeTable {
         lazy: u64,
     ) -> Arc<Inode> {
         let mut inner = self.inner.lock();
-        let known = ids.iter().find_map(|id| inner.identity.get(id).copied());
+        let known = ids
+            .iter()
+            .find_map(|id| inner.numbers.identity.get(id).copied());
         let mut reusable = None;
         if let Some(ino) = known {
             let same = inner
+                .numbers
                 .known
                 .get(&ino)
                 .is_some_and(|have| ids.iter().all(|id| have.ids.contains(id)));
@@ -756,7 +598,7 @@ impl InodeTable {
         }
         let ino = match reusable {
             Some(ino) => ino,
-            None => inner.fresh_number(),
+            None => inner.numbers.fresh_number(),
         };
         self.make_live(inner, ino, ids, fds, kind, lazy, 1)
     }
@@ -774,8 +616,8 @@ impl InodeTable {
         lazy: u64,
         lookups: u64,
     ) -> Arc<Inode> {
-        inner.bind(ino, ids);
-        inner.set_live(ino);
+        inner.numbers.bind(ino, ids);
+        inner.numbers.set_live(ino);
         let mut reopenable = Vec::new();
         let objects = fds
             .into_iter()
@@ -884,7 +726,7 @@ impl InodeTable {
             self.make_live(inner, ino, &ids, fds, node.kind, lazy, node.lookups);
         }
         let mut inner = self.inner.lock();
-        inner.next_ino = inner.next_ino.max(state.top_ino + 1);
+        inner.numbers.next_ino = inner.numbers.next_ino.max(state.top_ino + 1);
         lost
     }
 
@@ -897,6 +739,7 @@ impl InodeTable {
             .filter(|(&ino, _)| ino > CONTROL_INO)
             .map(|(&ino, e)| {
                 let ids: Vec<Identity> = inner
+                    .numbers
                     .known
                     .get(&ino)
                     .map(|k| k.ids.to_vec())
@@ -908,7 +751,7 @@ impl InodeTable {
 
     /// The highest number handed out so far.
     pub fn top_number(&self) -> u64 {
-        self.inner.lock().next_ino.saturating_sub(1)
+        self.inner.lock().numbers.next_ino.saturating_sub(1)
     }
 
     /// Sets how objects are found on the legs they were not looked for on (once).
@@ -919,8 +762,8 @@ impl InodeTable {
     /// The object `ino` was found on a leg after its lookup: `id` is one more identity of it.
     pub fn identify(&self, ino: u64, id: Identity) {
         let mut inner = self.inner.lock();
-        if inner.known.contains_key(&ino) {
-            inner.add_identity(ino, id);
+        if inner.numbers.known.contains_key(&ino) {
+            inner.numbers.add_identity(ino, id);
         }
     }
 
@@ -929,15 +772,15 @@ impl InodeTable {
     /// now: it is the last of the kept ones to go.
     pub fn number_for(&self, id: Identity) -> u64 {
         let mut inner = self.inner.lock();
-        if let Some(&ino) = inner.identity.get(&id) {
+        if let Some(&ino) = inner.numbers.identity.get(&id) {
             if !inner.live.contains_key(&ino) {
-                inner.set_idle(ino);
+                inner.numbers.set_idle(ino);
             }
             return ino;
         }
-        let ino = inner.fresh_number();
-        inner.bind(ino, &[id]);
-        inner.set_idle(ino);
+        let ino = inner.numbers.fresh_number();
+        inner.numbers.bind(ino, &[id]);
+        inner.numbers.set_idle(ino);
         ino
     }
 
@@ -970,7 +813,7 @@ impl InodeTable {
                 {
                     closing = gone.into_descriptors();
                 }
-                inner.set_idle(ino);
+                inner.numbers.set_idle(ino);
                 inner.forgotten += 1;
                 // Also once most of what the kernel held is gone (it let go of a large tree):
                 // then the eviction order's references to the dead are most of what it holds.
@@ -988,8 +831,8 @@ impl InodeTable {
             // The maps keep the room of their largest size: give it back once they are far
             // smaller (the kernel forgot a large tree, and the remembered numbers are capped).
             shrink(&mut inner.live);
-            shrink(&mut inner.identity);
-            shrink(&mut inner.known);
+            shrink(&mut inner.numbers.identity);
+            shrink(&mut inner.numbers.known);
             drop(inner);
             self.tidy();
         }
@@ -1088,8 +931,8 @@ impl InodeTable {
             {
                 let mut inner = self.inner.lock();
                 // (Not known: forgotten meanwhile, and its number already dropped.)
-                if inner.known.contains_key(&inode.ino) {
-                    inner.add_identity(inode.ino, id);
+                if inner.numbers.known.contains_key(&inode.ino) {
+                    inner.numbers.add_identity(inode.ino, id);
                 }
             }
             if reopenable {
@@ -1132,7 +975,7 @@ impl InodeTable {
     /// The number of the live inode that `id` is an identity of, if any.
     pub fn live_number(&self, id: &Identity) -> Option<u64> {
         let inner = self.inner.lock();
-        let ino = *inner.identity.get(id)?;
+        let ino = *inner.numbers.identity.get(id)?;
         inner.live.contains_key(&ino).then_some(ino)
     }
 
@@ -1143,7 +986,7 @@ impl InodeTable {
 
     /// How many leg identities map to a number (those of live inodes included).
     pub fn known_count(&self) -> usize {
-        self.inner.lock().identity.len()
+        self.inner.lock().numbers.identity.len()
     }
 
     /// How many reopenable descriptors are open (bounded by the budget).
@@ -1155,7 +998,7 @@ impl InodeTable {
 mod tests {
     use super::*;
 
-    fn id(leg: usize, ino: u64) -> Identity {
+    pub(super) fn id(leg: usize, ino: u64) -> Identity {
         Identity { leg, dev: 1, ino }
     }
 
@@ -1282,202 +1125,6 @@ mod tests {
             "no descriptor, no handle"
         );
         assert!(!crate::mirror::outcome::is_leg_fault(Errno::INTERNAL));
-    }
-
-    #[test]
-    fn listing_numbers_match_later_lookups() {
-        let t = InodeTable::new(vec![None], &[], 64);
-        let n = t.number_for(id(0, 55));
-        let i = t.claim(&[id(0, 55)], vec![None], libc::S_IFDIR, 0);
-        assert_eq!(i.ino, n);
-        assert_ne!(t.number_for(id(0, 56)), n);
-    }
-
-    #[test]
-    fn a_reused_backing_number_never_aliases_a_live_inode() {
-        let t = InodeTable::new(vec![None], &[], 64);
-        // A dies; a leg reuses one of its backing numbers for B (the other leg does not).
-        let a = t.claim(
-            &[id(0, 100), id(1, 200)],
-            vec![None, None],
-            libc::S_IFREG,
-            0,
-        );
-        t.forget(a.ino, 1);
-        let b = t.claim(
-            &[id(0, 300), id(1, 200)],
-            vec![None, None],
-            libc::S_IFREG,
-            0,
-        );
-        // Leg 0 now reuses A's other number for C while B is live: C must not become B.
-        let c = t.claim(
-            &[id(0, 100), id(1, 400)],
-            vec![None, None],
-            libc::S_IFREG,
-            0,
-        );
-        assert_ne!(c.ino, b.ino);
-        // And B's own identities still find B.
-        let b2 = t.claim(
-            &[id(0, 300), id(1, 200)],
-            vec![None, None],
-            libc::S_IFREG,
-            0,
-        );
-        assert_eq!(b2.ino, b.ino);
-    }
-
-    /// The table's maps agree with each other, and the numbers kept while not live are
-    /// within the bound.
-    fn check(t: &InodeTable) {
-        let inner = t.inner.lock();
-        for (id, ino) in &inner.identity {
-            let k = inner
-                .known
-                .get(ino)
-                .expect("an identity maps to a known number");
-            assert!(
-                k.ids.contains(id),
-                "{id:?} -> {ino} not in its number's identities"
-            );
-        }
-        let mut idle = 0;
-        for (ino, k) in &inner.known {
-            for id in &k.ids {
-                assert_eq!(inner.identity.get(id), Some(ino), "{id:?} of {ino}");
-            }
-            assert_eq!(inner.live.contains_key(ino), k.idle_stamp == 0, "{ino}");
-            if k.idle_stamp != 0 {
-                idle += 1;
-                assert!(
-                    inner.idle_order.contains(&(*ino, k.idle_stamp)),
-                    "{ino} not queued"
-                );
-            }
-        }
-        for ino in inner.live.keys() {
-            assert!(inner.known.contains_key(ino), "live {ino} not known");
-        }
-        assert_eq!(inner.idle, idle);
-        assert!(inner.idle <= inner.remembered);
-        assert!(inner.idle_order.len() <= 2 * inner.remembered + 64 + 1);
-    }
-
-    fn claim(t: &InodeTable, ids: &[Identity]) -> Arc<Inode> {
-        t.claim(ids, vec![None, None], libc::S_IFREG, 0)
-    }
-
-    #[test]
-    fn numbers_kept_while_not_live_are_bounded() {
-        let t = InodeTable::with_remembered(vec![None], &[id(0, 2)], 64, 4);
-        for n in 0..1000 {
-            let i = claim(&t, &[id(0, 1000 + n), id(1, 5000 + n)]);
-            check(&t);
-            t.forget(i.ino, 1);
-            check(&t);
-            t.number_for(id(0, 100_000 + n));
-            check(&t);
-        }
-        // The root (one identity) and four numbers of at most two identities each.
-        assert_eq!(t.live_count(), 1);
-        assert!(t.known_count() <= 1 + 4 * 2, "{}", t.known_count());
-        assert!(t.inner.lock().known.len() <= 1 + 4);
-    }
-
-    #[test]
-    fn recently_forgotten_objects_get_their_number_back() {
-        let t = InodeTable::with_remembered(vec![None], &[], 64, 4);
-        let objs: Vec<_> = (0..10).map(|n| [id(0, 10 + n), id(1, 20 + n)]).collect();
-        let first: Vec<u64> = objs
-            .iter()
-            .map(|ids| {
-                let i = claim(&t, ids);
-                t.forget(i.ino, 1);
-                i.ino
-            })
-            .collect();
-        check(&t);
-        // The last four forgotten keep their numbers, the oldest does not (and is not given
-        // any number handed out before).
-        let seen_before = first.iter().max().copied().unwrap();
-        for (n, ids) in objs.iter().enumerate().rev().take(4) {
-            assert_eq!(claim(&t, ids).ino, first[n], "object {n}");
-        }
-        let again = claim(&t, &objs[0]);
-        assert!(again.ino > seen_before, "{} reused", again.ino);
-        check(&t);
-        // Looked up again (live), then forgotten: the most recent again, kept over others.
-        let keep = claim(&t, &objs[9]).ino;
-        t.forget(keep, 2);
-        for ids in &objs[1..4] {
-            let i = claim(&t, ids);
-            t.forget(i.ino, 1);
-        }
-        assert_eq!(claim(&t, &objs[9]).ino, keep);
-        check(&t);
-    }
-
-    #[test]
-    fn numbers_are_never_shared_with_a_live_inode() {
-        let t = InodeTable::with_remembered(vec![None], &[], 64, 2);
-        // A hard link, seen under two names while live, and held by the kernel throughout.
-        let link = [id(0, 7), id(1, 8)];
-        let a = claim(&t, &link);
-        let mut handed = std::collections::HashSet::new();
-        handed.insert(a.ino);
-        for n in 0..500 {
-            let i = claim(&t, &[id(0, 100 + n % 50), id(1, 1000 + n % 50)]);
-            assert_ne!(i.ino, a.ino);
-            handed.insert(i.ino);
-            t.forget(i.ino, 1);
-            let listed = t.number_for(id(0, 10_000 + n));
-            assert_ne!(listed, a.ino);
-            handed.insert(listed);
-            check(&t);
-        }
-        // The live inode kept its number through all of it, and its other name finds it.
-        assert_eq!(claim(&t, &link).ino, a.ino);
-        assert_eq!(t.number_for(id(0, 7)), a.ino);
-        // A number dropped is never handed out again: every new one is new.
-        let fresh = claim(&t, &[id(0, 1_000_000), id(1, 1_000_000)]);
-        assert!(!handed.contains(&fresh.ino));
-        check(&t);
-    }
-
-    #[test]
-    fn listing_numbers_within_the_bound_match_later_lookups() {
-        let t = InodeTable::with_remembered(vec![None], &[], 64, 8);
-        let listed: Vec<u64> = (0..20).map(|n| t.number_for(id(0, 500 + n))).collect();
-        check(&t);
-        // The last eight are kept. Named again by a second listing pass, the oldest of them
-        // becomes the most recent: the next new entry pushes out the one after it.
-        assert_eq!(t.number_for(id(0, 512)), listed[12]);
-        t.number_for(id(0, 600));
-        check(&t);
-        assert_eq!(claim(&t, &[id(0, 512), id(1, 912)]).ino, listed[12]);
-        for n in 14..20 {
-            assert_eq!(
-                claim(&t, &[id(0, 500 + n), id(1, 900 + n)]).ino,
-                listed[n as usize]
-            );
-        }
-        for n in [0, 11, 13] {
-            let i = claim(&t, &[id(0, 500 + n), id(1, 900 + n)]);
-            assert!(i.ino > listed[19], "{n}: {}", i.ino);
-        }
-        check(&t);
-    }
-
-    #[test]
-    fn going_live_and_idle_over_and_over_stays_bounded() {
-        let t = InodeTable::with_remembered(vec![None], &[], 64, 4);
-        for _ in 0..10_000 {
-            let i = claim(&t, &[id(0, 1), id(1, 1)]);
-            t.forget(i.ino, 1);
-        }
-        check(&t);
-        assert_eq!(t.inner.lock().known.len(), 2); // the root and the one object
     }
 
     #[test]
