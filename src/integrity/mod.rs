@@ -1,9 +1,9 @@
 //! Checksums of every regular file's data, so that the mirror knows which copy is right.
 //!
-//! Each covered file has an identity, a random 64-bit number in the xattr [`ID_XATTR`] of
-//! every leg's copy (the same on every leg; it survives renames and hard links, and the tree
-//! engine copies it with the file). Its blocks' checksums ([`sum`]) live in every in-sync
-//! leg's store ([`store`]), all alike.
+//! Each covered file has an identity (`identity.rs`), a random 64-bit number in the xattr
+//! [`ID_XATTR`] of every leg's copy (the same on every leg; it survives renames and hard links,
+//! and the tree engine copies it with the file). Its blocks' checksums ([`sum`]) live in every
+//! in-sync leg's store ([`store`]), all alike.
 //!
 //! The daemon computes checksums from the bytes it is about to write (its own copy of the
 //! request, never data read back from a leg) and keeps them in memory ([`FileSums`]) until the
@@ -12,12 +12,14 @@
 //! whose checksums on disk may disagree with its data is always in the write-intent log, and
 //! after a crash it is resolved at mount (crash recovery), never reported as corruption.
 
+mod identity;
 pub mod store;
 pub mod sum;
 
+pub use identity::{id_bytes, id_from, id_of, ID_XATTR};
+
 use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::ffi::CStr;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,25 +27,11 @@ use std::sync::{Arc, Weak};
 use store::{FileChange, Stamp, Store};
 use sum::{chunk_of, zero_sum, Sum, CHUNK_BLOCKS};
 
-/// The xattr holding a file's identity on each leg (8 bytes, little-endian). The whole
-/// `user.mirrorfs.` namespace is mirrorfs's own: never shown through the mount.
-pub const ID_XATTR: &CStr = c"user.mirrorfs.id";
-
 /// Records of a file kept in memory once committed (a clean file's cache).
 const CACHED_CHUNKS: usize = 64;
 /// Uncommitted records (of all files) past which the sweep commits without waiting for idle
 /// files: 16 MiB of checksums, 16 GiB of data.
 pub const COMMIT_BACKLOG: usize = 16 * 1024;
-
-/// Encodes an identity for [`ID_XATTR`].
-pub fn id_bytes(id: u64) -> [u8; 8] {
-    id.to_le_bytes()
-}
-
-/// Decodes an [`ID_XATTR`] value (None if it is not 8 bytes).
-pub fn id_from(bytes: &[u8]) -> Option<u64> {
-    Some(u64::from_le_bytes(bytes.try_into().ok()?))
-}
 
 /// A range of a file that no leg could give back as it was written.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -925,12 +913,6 @@ pub fn trim_zeros(sums: &mut Vec<Sum>) {
         .rposition(|&s| s != zero_sum())
         .map_or(0, |i| i + 1);
     sums.truncate(keep);
-}
-
-/// The identity of the file open as `fd` (None: it has none, or it is not readable).
-pub fn id_of(fd: std::os::fd::BorrowedFd<'_>) -> Option<u64> {
-    let (v, _) = crate::sys::xattr::get(fd, ID_XATTR, 8).ok()?;
-    id_from(&v)
 }
 
 #[cfg(test)]
