@@ -11,15 +11,21 @@
 //! flushed and before the write-intent entries are cleared ([`Integrity::commit`]). So a file
 //! whose checksums on disk may disagree with its data is always in the write-intent log, and
 //! after a crash it is resolved at mount (crash recovery), never reported as corruption.
+//!
+//! The files no leg could give back as written, and those changed behind the mirror's back,
+//! are listed apart (`damage.rs`).
 
+mod damage;
 mod identity;
 pub mod store;
 pub mod sum;
 
+pub use damage::{classify, ctime_of, Cause, Damage};
 pub use identity::{id_bytes, id_from, id_of, ID_XATTR};
 
+use damage::DamageList;
 use parking_lot::{Mutex, RwLock};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,15 +38,6 @@ const CACHED_CHUNKS: usize = 64;
 /// Uncommitted records (of all files) past which the sweep commits without waiting for idle
 /// files: 16 MiB of checksums, 16 GiB of data.
 pub const COMMIT_BACKLOG: usize = 16 * 1024;
-
-/// A range of a file that no leg could give back as it was written.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Damage {
-    /// The file's path in the mirror, when it was found.
-    pub path: String,
-    /// First byte and length of each damaged range.
-    pub ranges: Vec<(u64, u64)>,
-}
 
 /// Counters of the checksum work since the mount.
 #[derive(Default)]
@@ -65,13 +62,10 @@ pub struct Integrity {
     /// Held by a commit, and by whoever copies a store file.
     commit_lock: Mutex<()>,
     generation: AtomicU64,
-    damaged: Mutex<BTreeMap<u64, Damage>>,
-    /// How many files `damaged` lists (read without its lock on every write).
-    damaged_count: AtomicU64,
+    /// The damaged and the diverged files.
+    damage: DamageList,
     /// See [`Integrity::covered_more`].
     coverage_epoch: AtomicU64,
-    /// Files whose copy on some leg was changed behind the mirror's back: path, leg names.
-    diverged: Mutex<BTreeMap<String, BTreeSet<String>>>,
     /// Stamps not yet committed, per leg slot (None: remove the stamp).
     stamps: Mutex<HashMap<usize, HashMap<u64, Option<Stamp>>>>,
     /// Leg slots (bits) whose stores are read only when no other store is open: quiet legs.
@@ -110,41 +104,6 @@ impl LiveSums {
     }
 }
 
-/// Why a copy fails its checksums.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Cause {
-    /// Its bytes changed without a change to the file (bit rot, a misdirected write): repair.
-    Rot,
-    /// The copy was changed on its leg behind the mirror's back: report, never revert.
-    Diverged,
-}
-
-/// The one rule that tells rot from a change on the leg (docs/integrity.md). A copy's ctime
-/// moves with every change made through its filesystem and never with rot. `stamp` is the
-/// copy's ctime when the mirror last changed it (see [`store`]); `ctime` is its ctime now. A
-/// copy whose ctime is still its stamp was not changed since: rot. One whose ctime moved was
-/// changed behind the mirror's back: diverged. Without a stamp (not taken yet, or the leg's
-/// store was copied from another leg's), `differs` decides: the copy's size or mtime differ
-/// from those of a copy that verifies, which the mirror keeps equal.
-///
-/// Times compare as equal when their seconds are and one of them has no nanoseconds: a
-/// filesystem that keeps none on disk (ext4 with 128-byte inodes) shows them in memory until
-/// the inode is evicted.
-pub fn classify(stamp: Option<Stamp>, ctime: Stamp, differs: bool) -> Cause {
-    let same = |a: Stamp, b: Stamp| a.0 == b.0 && (a.1 == b.1 || a.1 == 0 || b.1 == 0);
-    match stamp {
-        Some(s) if same(s, ctime) => Cause::Rot,
-        Some(_) => Cause::Diverged,
-        None if differs => Cause::Diverged,
-        None => Cause::Rot,
-    }
-}
-
-/// The ctime in `st`, as a stamp.
-pub fn ctime_of(st: &libc::stat) -> Stamp {
-    (st.st_ctime, st.st_ctime_nsec as u32)
-}
-
 /// What a read found against the checksums.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -165,11 +124,9 @@ impl Integrity {
             dirty: Mutex::new(HashMap::new()),
             commit_lock: Mutex::new(()),
             generation: AtomicU64::new(0),
-            damaged: Mutex::new(BTreeMap::new()),
-            damaged_count: AtomicU64::new(0),
+            damage: DamageList::default(),
             coverage_epoch: AtomicU64::new(0),
             read_last: AtomicU64::new(0),
-            diverged: Mutex::new(BTreeMap::new()),
             stamps: Mutex::new(HashMap::new()),
             counters: Counters::default(),
         }
@@ -550,73 +507,6 @@ impl Integrity {
         self.reader()?.counts().ok()
     }
 
-    /// Notes a damaged range (no leg holds it as written).
-    pub fn record_damage(&self, id: u64, path: String, offset: u64, len: u64) {
-        let mut d = self.damaged.lock();
-        let e = d.entry(id).or_insert_with(|| Damage {
-            path: path.clone(),
-            ranges: Vec::new(),
-        });
-        e.path = path;
-        if !e.ranges.contains(&(offset, len)) {
-            e.ranges.push((offset, len));
-        }
-        self.damaged_count.store(d.len() as u64, Ordering::Relaxed);
-    }
-
-    /// The file was rewritten over `offset..offset + len`, or removed (`None`): its damage
-    /// there is gone.
-    pub fn clear_damage(&self, id: u64, range: Option<(u64, u64)>) {
-        if self.damaged_count.load(Ordering::Relaxed) == 0 {
-            return;
-        }
-        let mut d = self.damaged.lock();
-        let Some(e) = d.get_mut(&id) else { return };
-        match range {
-            None => {
-                d.remove(&id);
-            }
-            Some((o, l)) => {
-                e.ranges
-                    .retain(|&(ro, rl)| !(ro >= o && ro + rl <= o.saturating_add(l)));
-                if e.ranges.is_empty() {
-                    d.remove(&id);
-                }
-            }
-        }
-        self.damaged_count.store(d.len() as u64, Ordering::Relaxed);
-    }
-
-    /// Forgets every damaged and diverged file (`mirrorfs status --clear`).
-    pub fn clear_all_damage(&self) {
-        self.damaged.lock().clear();
-        self.damaged_count.store(0, Ordering::Relaxed);
-        self.diverged.lock().clear();
-    }
-
-    /// Notes that `leg`'s copy of the file at `path` was changed behind the mirror's back.
-    pub fn record_diverged(&self, path: String, leg: &str) {
-        self.diverged
-            .lock()
-            .entry(path)
-            .or_default()
-            .insert(leg.to_string());
-    }
-
-    /// The diverged files: path and the legs whose copy diverged.
-    pub fn diverged(&self) -> Vec<(String, Vec<String>)> {
-        self.diverged
-            .lock()
-            .iter()
-            .map(|(p, l)| (p.clone(), l.iter().cloned().collect()))
-            .collect()
-    }
-
-    /// The damaged files.
-    pub fn damaged(&self) -> Vec<Damage> {
-        self.damaged.lock().values().cloned().collect()
-    }
-
     /// The store of leg `slot`, if it has one.
     pub fn store(&self, slot: usize) -> Option<Arc<Store>> {
         self.stores.read().get(slot).and_then(|s| s.clone())
@@ -928,7 +818,7 @@ mod tests {
             .collect()
     }
 
-    fn mount(n: usize) -> (Vec<tempfile::TempDir>, Integrity) {
+    pub(super) fn mount(n: usize) -> (Vec<tempfile::TempDir>, Integrity) {
         let dirs: Vec<tempfile::TempDir> = (0..n)
             .map(|_| {
                 let d = tempfile::tempdir().unwrap();
@@ -943,7 +833,7 @@ mod tests {
         (dirs, ig)
     }
 
-    fn block(byte: u8) -> Vec<u8> {
+    pub(super) fn block(byte: u8) -> Vec<u8> {
         vec![byte; BLOCK as usize]
     }
 
@@ -964,22 +854,6 @@ mod tests {
         for f in &kept {
             assert!(live.get(&f.id).and_then(Weak::upgrade).is_some());
         }
-    }
-
-    #[test]
-    fn a_moved_ctime_is_an_edit_an_unmoved_one_rot() {
-        use Cause::*;
-        // With a stamp, only the ctime counts: not size or mtime.
-        assert_eq!(classify(Some((10, 5)), (10, 5), true), Rot);
-        assert_eq!(classify(Some((10, 5)), (10, 6), false), Diverged);
-        assert_eq!(classify(Some((10, 5)), (11, 5), false), Diverged);
-        // Nanoseconds a filesystem did not keep on disk.
-        assert_eq!(classify(Some((10, 5)), (10, 0), false), Rot);
-        assert_eq!(classify(Some((10, 0)), (10, 7), false), Rot);
-        assert_eq!(classify(Some((10, 5)), (9, 0), false), Diverged);
-        // Without one: size or mtime.
-        assert_eq!(classify(None, (10, 5), false), Rot);
-        assert_eq!(classify(None, (10, 5), true), Diverged);
     }
 
     #[test]
@@ -1120,15 +994,5 @@ mod tests {
         assert_eq!(f.verify(&ig, 0, &block(3), true).unwrap(), Verdict::Good);
         let g = ig.file(9).unwrap().expect("recorded");
         assert_eq!(g.verify(&ig, 0, &block(4), true).unwrap(), Verdict::Good);
-    }
-
-    #[test]
-    fn damage_is_listed_until_rewritten() {
-        let (_d, ig) = mount(1);
-        let f = ig.new_file(4);
-        ig.record_damage(4, "a/b".into(), 4096, 4096);
-        assert_eq!(ig.damaged().len(), 1);
-        f.set(&ig, 1, &[sum(&block(1))], 0).unwrap();
-        assert!(ig.damaged().is_empty());
     }
 }
