@@ -2,7 +2,7 @@
 //!
 //! Knows inodes, handles and the mirror engine; knows nothing of `fuser`'s reply objects, so it
 //! is tested without a kernel mount (the unit tests of `attr.rs`, `control.rs`, `dir.rs`,
-//! `inode.rs` and `takeover.rs`, and `tests/core_mirror.rs`), then through a real one (`tests/`).
+//! `inode/` and `takeover.rs`, and `tests/core_mirror.rs`), then through a real one (`tests/`).
 //!
 //! Write paths and failure: every change goes to all in-sync legs in parallel through
 //! [`Mirror::fan_out`]. A leg that fails with an I/O-class error, or answers differently from
