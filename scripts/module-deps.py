@@ -35,7 +35,7 @@ LAYERS = [
     ["meta"],
     ["tree", "leg", "policy"],
     ["sys"],
-    ["errno", "value"],
+    ["errno", "value", "lock_order"],
 ]
 
 

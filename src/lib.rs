@@ -17,6 +17,7 @@ pub mod fs;
 pub mod fuse;
 pub mod integrity;
 pub mod leg;
+pub mod lock_order;
 pub mod meta;
 pub mod mirror;
 pub mod policy;

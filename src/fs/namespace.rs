@@ -270,7 +270,7 @@ impl MirrorFs {
         let new = self.name_for_change(newparent, newname)?;
         let p = self.inodes.get(parent)?;
         let np = self.inodes.get(newparent)?;
-        // Lock order: ascending inode number.
+        // Lock order (`crate::lock_order`): ascending inode number.
         let (_a, _b) = if parent == newparent {
             (Some(p.dir_lock.write()), None)
         } else if parent < newparent {

@@ -25,6 +25,7 @@ mod space;
 use crate::errno::{Errno, Result};
 use crate::integrity::Integrity;
 use crate::leg::{Leg, LegIdx};
+use crate::lock_order::{Guard, Ordered, Rank};
 use crate::meta::changes::ChangeLog;
 use crate::meta::membership;
 use crate::meta::superblock::LegSuperblock;
@@ -74,7 +75,7 @@ pub struct Mirror {
     stopping: std::sync::atomic::AtomicBool,
     /// Every operation that changes the legs holds it shared; a leg joins the mirror (after
     /// its resync) holding it exclusively, so that no change is in flight that left it out.
-    barrier: RwLock<()>,
+    barrier: Ordered<RwLock<()>>,
     unlisted: std::sync::atomic::AtomicUsize,
     /// The checksums (`-o checksum`).
     integrity: Integrity,
@@ -140,7 +141,7 @@ impl Mirror {
             clock: std::time::Instant::now(),
             changes,
             stopping: std::sync::atomic::AtomicBool::new(false),
-            barrier: RwLock::new(()),
+            barrier: Ordered::rw(Rank::Barrier, 0, ()),
             unlisted: std::sync::atomic::AtomicUsize::new(0),
             kernel: std::sync::OnceLock::new(),
         })
@@ -239,12 +240,14 @@ impl Mirror {
     }
 
     /// Held (shared) by every operation that changes the legs, for its whole duration.
-    pub fn barrier(&self) -> parking_lot::RwLockReadGuard<'_, ()> {
+    #[track_caller]
+    pub fn barrier(&self) -> Guard<parking_lot::RwLockReadGuard<'_, ()>> {
         self.barrier.read_recursive()
     }
 
     /// Held (exclusively) while a leg joins: no change is in flight.
-    pub fn exclusive(&self) -> parking_lot::RwLockWriteGuard<'_, ()> {
+    #[track_caller]
+    pub fn exclusive(&self) -> Guard<parking_lot::RwLockWriteGuard<'_, ()>> {
         self.barrier.write()
     }
 

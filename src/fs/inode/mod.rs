@@ -18,6 +18,7 @@ pub use numbers::{Identity, REMEMBERED};
 use super::takeover;
 use crate::errno::{Errno, Result};
 use crate::leg::LegIdx;
+use crate::lock_order::{Ordered, Rank};
 use crate::sys;
 use crate::sys::fd::FileHandle;
 use fd_cache::LegObject;
@@ -58,13 +59,13 @@ pub struct Inode {
     cache: Arc<FdCache>,
     /// For directories: taken for writing by every operation that changes the directory's
     /// entries (on all legs), and for reading by lookups in it, so that a lookup never sees one
-    /// leg before a change and another after it. Lock order: by ascending inode number.
-    pub dir_lock: RwLock<()>,
+    /// leg before a change and another after it. Lock order: `crate::lock_order`.
+    pub dir_lock: Ordered<RwLock<()>>,
     /// For regular files: taken for reading by every change of the data (write, truncate,
     /// fallocate, copy_file_range; they run in parallel), and for writing by whoever copies
     /// data from one leg to another (read-repair, resync), so that a copy never puts back
     /// data older than a write that raced with it.
-    pub data_lock: RwLock<()>,
+    pub data_lock: Ordered<RwLock<()>>,
     /// For regular files: its checksums, once looked for (see `fs/checksums.rs`).
     pub sums: Mutex<Sums>,
     /// For regular files: how its open files reach the data (`passthrough=ro`).
@@ -258,8 +259,8 @@ impl InodeTable {
                     resolving: Mutex::new(()),
                     open_files: AtomicUsize::new(0),
                     cache: cache.clone(),
-                    dir_lock: RwLock::new(()),
-                    data_lock: RwLock::new(()),
+                    dir_lock: Ordered::rw(Rank::Dir, ROOT_INO, ()),
+                    data_lock: Ordered::rw(Rank::Data, ROOT_INO, ()),
                     sums: Mutex::new(Sums::Uncovered(u64::MAX)),
                     io: Mutex::new(IoMode::default()),
                     readahead: Mutex::new(None),
@@ -370,8 +371,8 @@ impl InodeTable {
             resolving: Mutex::new(()),
             open_files: AtomicUsize::new(0),
             cache: self.cache.clone(),
-            dir_lock: RwLock::new(()),
-            data_lock: RwLock::new(()),
+            dir_lock: Ordered::rw(Rank::Dir, ino, ()),
+            data_lock: Ordered::rw(Rank::Data, ino, ()),
             sums: Mutex::new(Sums::Unknown),
             io: Mutex::new(IoMode::default()),
             readahead: Mutex::new(None),

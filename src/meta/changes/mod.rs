@@ -72,6 +72,7 @@ pub use format::{
     COVER_SLACK, INTENT_LOG, WHOLE_TREE,
 };
 
+use crate::lock_order::{Ordered, Rank};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -105,7 +106,7 @@ pub struct ChangeLog {
     roots: parking_lot::RwLock<Vec<PathBuf>>,
     /// Whether the write-intent log is kept (`write_intent=off` turns it off).
     intent: bool,
-    inner: Mutex<Inner>,
+    inner: Ordered<Mutex<Inner>>,
 }
 
 impl ChangeLog {
@@ -113,16 +114,20 @@ impl ChangeLog {
         ChangeLog {
             roots: parking_lot::RwLock::new(roots),
             intent,
-            inner: Mutex::new(Inner {
-                dirty: HashMap::new(),
-                by_path: Default::default(),
-                covers: HashMap::new(),
-                recent: Default::default(),
-                next_subtree: 0,
-                away: Vec::new(),
-                moving: HashMap::new(),
-                next_move: 0,
-            }),
+            inner: Ordered::mutex(
+                Rank::ChangeLog,
+                0,
+                Inner {
+                    dirty: HashMap::new(),
+                    by_path: Default::default(),
+                    covers: HashMap::new(),
+                    recent: Default::default(),
+                    next_subtree: 0,
+                    away: Vec::new(),
+                    moving: HashMap::new(),
+                    next_move: 0,
+                },
+            ),
         }
     }
 
