@@ -4,12 +4,21 @@
 use super::{check, check_size};
 use crate::errno::{Errno, Result};
 use std::ffi::{CStr, CString};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::path::Path;
 
 /// A `stat` of a leg object.
 pub type Stat = libc::stat;
+
+/// A rustix result as ours: the same errno.
+fn rx<T>(r: rustix::io::Result<T>) -> Result<T> {
+    r.map_err(|e| Errno(e.raw_os_error()))
+}
+
+/// Open flags as rustix takes them (the same bits).
+fn oflags(flags: i32) -> rustix::fs::OFlags {
+    rustix::fs::OFlags::from_bits_retain(flags as u32)
+}
 
 fn owned(fd: libc::c_int) -> OwnedFd {
     // SAFETY: fd was just returned by a successful open call and is owned by nobody else.
@@ -29,10 +38,8 @@ pub fn path_of(fd: BorrowedFd<'_>) -> Result<std::path::PathBuf> {
 
 /// `open(path, flags | O_CLOEXEC)`.
 fn open_by_path(path: &Path, flags: i32) -> Result<OwnedFd> {
-    let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)?;
-    // SAFETY: c is a valid C string.
-    let fd = check(unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC) })?;
-    Ok(owned(fd))
+    let flags = oflags(flags | libc::O_CLOEXEC);
+    rx(rustix::fs::open(path, flags, rustix::fs::Mode::empty()))
 }
 
 /// Opens a leg's root directory as an `O_PATH` descriptor.
@@ -43,23 +50,24 @@ pub fn open_root(path: &Path) -> Result<OwnedFd> {
 /// `openat(dir, name, O_PATH | O_NOFOLLOW)`: a handle on the object itself, never a symlink's
 /// target.
 pub fn open_path_at(dir: BorrowedFd<'_>, name: &CStr) -> Result<OwnedFd> {
-    // SAFETY: name is a valid C string; dir is a live descriptor.
-    let fd = check(unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            name.as_ptr(),
-            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    })?;
-    Ok(owned(fd))
+    let flags = oflags(libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC);
+    rx(rustix::fs::openat(
+        dir,
+        name,
+        flags,
+        rustix::fs::Mode::empty(),
+    ))
 }
 
 /// `openat(dir, name, flags | O_CREAT | O_NOFOLLOW, mode)` for a new regular file.
 pub fn create_at(dir: BorrowedFd<'_>, name: &CStr, flags: i32, mode: u32) -> Result<OwnedFd> {
-    let flags = flags | libc::O_CREAT | libc::O_NOFOLLOW | libc::O_CLOEXEC;
-    // SAFETY: name is a valid C string; dir is a live descriptor.
-    let fd = check(unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags, mode) })?;
-    Ok(owned(fd))
+    let flags = oflags(flags | libc::O_CREAT | libc::O_NOFOLLOW | libc::O_CLOEXEC);
+    rx(rustix::fs::openat(
+        dir,
+        name,
+        flags,
+        rustix::fs::Mode::from_raw_mode(mode),
+    ))
 }
 
 /// Opens an `O_PATH` descriptor of a regular file or directory for I/O with `flags`.
@@ -93,8 +101,11 @@ pub fn fstat(fd: BorrowedFd<'_>) -> Result<Stat> {
 }
 
 pub fn mkdir_at(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> Result<()> {
-    // SAFETY: valid C string and descriptor.
-    check(unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), mode) }).map(drop)
+    rx(rustix::fs::mkdirat(
+        dir,
+        name,
+        rustix::fs::Mode::from_raw_mode(mode),
+    ))
 }
 
 pub fn mknod_at(dir: BorrowedFd<'_>, name: &CStr, mode: u32, rdev: u64) -> Result<()> {
@@ -103,15 +114,16 @@ pub fn mknod_at(dir: BorrowedFd<'_>, name: &CStr, mode: u32, rdev: u64) -> Resul
 }
 
 pub fn symlink_at(target: &CStr, dir: BorrowedFd<'_>, name: &CStr) -> Result<()> {
-    // SAFETY: valid C strings and descriptor.
-    check(unsafe { libc::symlinkat(target.as_ptr(), dir.as_raw_fd(), name.as_ptr()) }).map(drop)
+    rx(rustix::fs::symlinkat(target, dir, name))
 }
 
 /// `unlinkat`; `dir_entry` selects `AT_REMOVEDIR`.
 pub fn unlink_at(dir: BorrowedFd<'_>, name: &CStr, dir_entry: bool) -> Result<()> {
-    let flags = if dir_entry { libc::AT_REMOVEDIR } else { 0 };
-    // SAFETY: valid C string and descriptor.
-    check(unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), flags) }).map(drop)
+    let flags = match dir_entry {
+        true => rustix::fs::AtFlags::REMOVEDIR,
+        false => rustix::fs::AtFlags::empty(),
+    };
+    rx(rustix::fs::unlinkat(dir, name, flags))
 }
 
 /// `renameat2` with `RENAME_NOREPLACE` / `RENAME_EXCHANGE` flags as given.
@@ -122,34 +134,17 @@ pub fn rename_at(
     new_name: &CStr,
     flags: u32,
 ) -> Result<()> {
-    // SAFETY: valid C strings and descriptors; renameat2 takes these argument types.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_renameat2,
-            old_dir.as_raw_fd(),
-            old_name.as_ptr(),
-            new_dir.as_raw_fd(),
-            new_name.as_ptr(),
-            flags,
-        )
-    };
-    check(ret as libc::c_int).map(drop)
+    let flags = rustix::fs::RenameFlags::from_bits_retain(flags);
+    rx(rustix::fs::renameat_with(
+        old_dir, old_name, new_dir, new_name, flags,
+    ))
 }
 
 /// A new name `new_dir/new_name` for the object `fd` holds (`AT_EMPTY_PATH` needs
 /// CAP_DAC_READ_SEARCH, which the root daemon has).
 pub fn link_at(fd: BorrowedFd<'_>, new_dir: BorrowedFd<'_>, new_name: &CStr) -> Result<()> {
-    // SAFETY: valid C strings and descriptors.
-    check(unsafe {
-        libc::linkat(
-            fd.as_raw_fd(),
-            c"".as_ptr(),
-            new_dir.as_raw_fd(),
-            new_name.as_ptr(),
-            libc::AT_EMPTY_PATH,
-        )
-    })
-    .map(drop)
+    let flags = rustix::fs::AtFlags::EMPTY_PATH;
+    rx(rustix::fs::linkat(fd, c"", new_dir, new_name, flags))
 }
 
 /// `linkat(old_dir, old_name, new_dir, new_name, 0)`: a new name for the entry `old_name`
@@ -160,17 +155,10 @@ pub fn link_by_name_at(
     new_dir: BorrowedFd<'_>,
     new_name: &CStr,
 ) -> Result<()> {
-    // SAFETY: valid descriptors and C strings.
-    check(unsafe {
-        libc::linkat(
-            old_dir.as_raw_fd(),
-            old_name.as_ptr(),
-            new_dir.as_raw_fd(),
-            new_name.as_ptr(),
-            0,
-        )
-    })
-    .map(drop)
+    let flags = rustix::fs::AtFlags::empty();
+    rx(rustix::fs::linkat(
+        old_dir, old_name, new_dir, new_name, flags,
+    ))
 }
 
 /// The relative path of a leg's root itself, as every relative path in mirrorfs spells it, in
@@ -181,19 +169,31 @@ pub const ROOT_REL: &[u8] = b".";
 /// directory `root` as `O_PATH`, one component at a time without following symlinks.
 /// [`ROOT_REL`] opens `root` itself again (so does an empty `rel`). ENOENT if some component
 /// does not exist.
+///
+/// One `openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS` does the walk in the kernel. A
+/// symlink in the middle of `rel` is refused there with ELOOP, which is answered as the walk
+/// one component at a time answered it before: ENOTDIR.
 pub fn open_beneath(root: BorrowedFd<'_>, rel: &[u8]) -> Result<OwnedFd> {
-    let mut cur = open_path_at(root, c".")?;
-    for comp in rel.split(|&b| b == b'/').filter(|c| !c.is_empty()) {
-        if comp == b".." {
-            return Err(Errno::EINVAL);
-        }
-        if comp == b"." {
-            continue;
-        }
-        let name = CString::new(comp).map_err(|_| Errno::EINVAL)?;
-        cur = open_path_at(cur.as_fd(), &name)?;
+    if rel.split(|&b| b == b'/').any(|c| c == b"..") {
+        return Err(Errno::EINVAL);
     }
-    Ok(cur)
+    let rel = match rel.iter().position(|&b| b != b'/') {
+        Some(start) => &rel[start..],
+        None => ROOT_REL,
+    };
+    let path = CString::new(rel).map_err(|_| Errno::EINVAL)?;
+    let flags = oflags(libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC);
+    let resolve = rustix::fs::ResolveFlags::BENEATH | rustix::fs::ResolveFlags::NO_SYMLINKS;
+    match rx(rustix::fs::openat2(
+        root,
+        &path,
+        flags,
+        rustix::fs::Mode::empty(),
+        resolve,
+    )) {
+        Err(e) if e.0 == libc::ELOOP => Err(Errno::ENOTDIR),
+        r => r,
+    }
 }
 
 /// The target of the symlink `fd` holds.
@@ -459,6 +459,35 @@ mod tests {
         assert_eq!(read_link(l.as_fd()).unwrap(), b"/etc/passwd");
         // Creating through a symlink must fail instead of writing outside the leg.
         assert!(create_at(root.as_fd(), c"l", libc::O_WRONLY, 0o644).is_err());
+    }
+
+    /// `open_beneath` opens below the root only, follows no symlink on the way, opens a final
+    /// symlink itself, and takes the root as `.`, as the empty path or with leading slashes.
+    #[test]
+    fn open_beneath_stays_below_the_root_and_follows_no_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        std::fs::create_dir_all(p.join("a/b")).unwrap();
+        std::fs::write(p.join("a/b/f"), b"x").unwrap();
+        std::os::unix::fs::symlink("a", p.join("la")).unwrap();
+        std::os::unix::fs::symlink("/etc", p.join("a/etc")).unwrap();
+        let root = open_root(p).unwrap();
+        let kind = |rel: &[u8]| {
+            open_beneath(root.as_fd(), rel)
+                .map(|fd| fstat(fd.as_fd()).unwrap().st_mode & libc::S_IFMT)
+        };
+        let root_ino = fstat(root.as_fd()).unwrap().st_ino;
+        for r in [ROOT_REL, b"", b"/", b"./."] {
+            let fd = open_beneath(root.as_fd(), r).unwrap();
+            assert_eq!(fstat(fd.as_fd()).unwrap().st_ino, root_ino, "{r:?}");
+        }
+        assert_eq!(kind(b"a/b/f"), Ok(libc::S_IFREG));
+        assert_eq!(kind(b"/a//b/"), Ok(libc::S_IFDIR));
+        assert_eq!(kind(b"a/etc"), Ok(libc::S_IFLNK));
+        assert_eq!(kind(b"la/b"), Err(Errno::ENOTDIR));
+        assert_eq!(kind(b"a/etc/passwd"), Err(Errno::ENOTDIR));
+        assert_eq!(kind(b"a/../a"), Err(Errno::EINVAL));
+        assert_eq!(kind(b"a/missing"), Err(Errno::ENOENT));
     }
 
     #[test]
