@@ -10,6 +10,9 @@
 # Environment:
 #   MB=1024          the fio file, MiB (the two sparse images: targets x (MB + 256) + 512 MiB each)
 #   RUNTIME=10       each fio read job, in fio's units (10 = seconds, 500ms)
+#   ROUNDS=1         how many times every row runs (each round: tar, the reads, rm, fio); the
+#                    tables give each figure's median over the rounds, the raw table also its
+#                    lowest and highest (one shot per row swings by up to 2 x on a shared VM)
 #   ENTRIES=all      how many entries of /usr/include the tree gets (parents first)
 #   NFILES=3000      the small-file read: regular files under 64 KiB, in tree order
 #   GIT_SRC=         the repository to clone (default: this one), copied bare once under DIR
@@ -42,6 +45,8 @@ else
     MB=${MB:-1024} RUNTIME=${RUNTIME:-10} ENTRIES=${ENTRIES:-all} NFILES=${NFILES:-3000} MANY=${MANY:-0}
 fi
 ONLY_MANY=${ONLY_MANY:-0}
+ROUNDS=${ROUNDS:-1}
+[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "ROUNDS=$ROUNDS: a whole number of rounds, 1 or more"
 MANY_TRIM=${MANY_TRIM:-0}
 [ "$ONLY_MANY" = 0 ] || [ "$MANY" -gt 0 ] || die "ONLY_MANY=1 needs MANY=N"
 DIR=${DIR:-/var/tmp/mirrorfs-datapath}
@@ -347,7 +352,7 @@ do_git() {
     if timed gitst "$2/repo"; then secs gst_warm "$1"; else fail gst_warm "$1"; fi
 }
 do_rm() { if timed rm -rf "$2/usr"; then rate rm "$1" "$NENT"; else fail rm "$1"; fi; rm -rf "$2/repo"; sync; }
-do_seqwrite() { fio_job seqwrite "$1" --rw=write --bs=1M --size="${MB}m" --ioengine=psync --end_fsync=1 --filename=bench.dat; }
+do_seqwrite() { rm -f "$2/bench.dat"; fio_job seqwrite "$1" --rw=write --bs=1M --size="${MB}m" --ioengine=psync --end_fsync=1 --filename=bench.dat; }
 do_seqread() {
     drop
     fio_job seqread "$1" --rw=read --bs=1M --size="${MB}m" --ioengine=libaio --iodepth=4 --direct=1 \
@@ -364,11 +369,29 @@ if [ "$ONLY_MANY" = 0 ]; then
 say "targets: ${TARGETS[*]}; tree $NENT entries, $NSMALL small files, git $NGIT files, fio $MB MiB, fio reads $RUNTIME"
 [ -z "$PT_NOTE" ] || say "$PT_NOTE"
 [ -z "$PTHP_NOTE" ] || say "$PTHP_NOTE"
-for step in tar find ls read git rm seqwrite seqread randread; do
-    s=$EPOCHSECONDS
-    each_counted "$step"
-    say "$step: $((EPOCHSECONDS - s)) s"
+# Each round's figures are kept (ALL, CPUS: space-separated, one per round) and the tables
+# show their medians.
+declare -A ALL=() CPUS=()
+for round in $(seq "$ROUNDS"); do
+    for step in tar find ls read git rm seqwrite seqread randread; do
+        s=$EPOCHSECONDS
+        each_counted "$step"
+        say "round $round/$ROUNDS, $step: $((EPOCHSECONDS - s)) s"
+    done
+    for k in "${!VAL[@]}"; do ALL[$k]+="${VAL[$k]} "; done
+    for k in "${!CPU[@]}"; do CPUS[$k]+="${CPU[$k]} "; done
+    VAL=() CPU=()
 done
+median() { # FIGURES...: the median of the numeric ones ("fail" when none is), and "LOW-HIGH"
+    tr ' ' '\n' <<<"$*" | awk '/^[0-9.]+$/ { v[n++] = $1 } END {
+        if (n == 0) { print "fail -"; exit }
+        for (i = 1; i < n; i++) for (j = i; j > 0 && v[j-1] + 0 > v[j] + 0; j--) { t = v[j]; v[j] = v[j-1]; v[j-1] = t }
+        m = (n % 2) ? v[(n-1)/2] : (v[n/2-1] + v[n/2]) / 2
+        print m, v[0] "-" v[n-1] }'
+}
+declare -A SPREAD=()
+for k in "${!ALL[@]}"; do read -r VAL[$k] SPREAD[$k] < <(median ${ALL[$k]}); done
+for k in "${!CPUS[@]}"; do read -r CPU[$k] _ < <(median ${CPUS[$k]}); done
 
 # Peak RSS of every FUSE daemon over the whole run, before it is unmounted.
 declare -A HWM=()
@@ -395,7 +418,7 @@ fmt() { # a figure: thousands separated when it is a whole number
     esac
 }
 echo
-echo "## Raw figures ($(date '+%F %T'), $(uname -r), $(nproc) cores; tree $NENT entries, fio file $MB MiB, fio reads ${RUNTIME}$([[ $RUNTIME == *[0-9] ]] && echo " s"))"
+echo "## Raw figures ($(date '+%F %T'), $(uname -r), $(nproc) cores; tree $NENT entries, fio file $MB MiB, fio reads ${RUNTIME}$([[ $RUNTIME == *[0-9] ]] && echo " s")$([ "$ROUNDS" -gt 1 ] && echo "; the median of $ROUNDS rounds"))"
 echo
 header
 for r in "${ROWS[@]}"; do
@@ -406,6 +429,17 @@ done
 printf "| %-46s | %-9s |" "daemon peak RSS (VmHWM, whole run)" "MiB"
 for t in "${TARGETS[@]}"; do printf " %19s |" "${HWM[$t]:--}"; done
 echo
+if [ "$ROUNDS" -gt 1 ]; then
+    echo
+    echo "## Lowest and highest of the $ROUNDS rounds"
+    echo
+    header
+    for r in "${ROWS[@]}"; do
+        printf "| %-46s | %-9s |" "${LABEL[$r]}" "${UNIT[$r]}"
+        for t in "${TARGETS[@]}"; do printf " %19s |" "${SPREAD[$r,$t]:--}"; done
+        echo
+    done
+fi
 echo
 echo "## Ratio to the leg read directly (higher is faster; for the seconds rows: leg time / target time)"
 echo
