@@ -37,6 +37,8 @@ enum Mode {
 }
 
 /// Why taking `(rank, key)` in `mode` would break the order, given what the thread holds.
+/// (Release builds do not check, but the tests run it in every profile.)
+#[cfg_attr(not(debug_assertions), allow(dead_code))]
 fn violation(held: &[(Rank, u64, Mode)], rank: Rank, key: u64, mode: Mode) -> Option<String> {
     for &(r, k, m) in held {
         let fine = if r < rank {
