@@ -140,6 +140,18 @@ pub struct Ordered<L> {
     lock: L,
 }
 
+impl<L> Ordered<L> {
+    /// Checks the order and records the lock, then waits for it with `wait`.
+    #[track_caller]
+    fn take<'a, G>(&'a self, mode: Mode, wait: impl FnOnce(&'a L) -> G) -> Guard<G> {
+        let held = Held::take(self.rank, self.key, mode);
+        Guard {
+            guard: wait(&self.lock),
+            _held: held,
+        }
+    }
+}
+
 impl<T> Ordered<RwLock<T>> {
     pub fn rw(rank: Rank, key: u64, value: T) -> Self {
         Ordered {
@@ -151,30 +163,18 @@ impl<T> Ordered<RwLock<T>> {
 
     #[track_caller]
     pub fn read(&self) -> Guard<RwLockReadGuard<'_, T>> {
-        let held = Held::take(self.rank, self.key, Mode::Shared);
-        Guard {
-            guard: self.lock.read(),
-            _held: held,
-        }
+        self.take(Mode::Shared, RwLock::read)
     }
 
     /// A shared lock that a waiting writer does not hold off (see the barrier above).
     #[track_caller]
     pub fn read_recursive(&self) -> Guard<RwLockReadGuard<'_, T>> {
-        let held = Held::take(self.rank, self.key, Mode::Shared);
-        Guard {
-            guard: self.lock.read_recursive(),
-            _held: held,
-        }
+        self.take(Mode::Shared, RwLock::read_recursive)
     }
 
     #[track_caller]
     pub fn write(&self) -> Guard<RwLockWriteGuard<'_, T>> {
-        let held = Held::take(self.rank, self.key, Mode::Exclusive);
-        Guard {
-            guard: self.lock.write(),
-            _held: held,
-        }
+        self.take(Mode::Exclusive, RwLock::write)
     }
 }
 
@@ -189,11 +189,7 @@ impl<T> Ordered<Mutex<T>> {
 
     #[track_caller]
     pub fn lock(&self) -> Guard<MutexGuard<'_, T>> {
-        let held = Held::take(self.rank, self.key, Mode::Exclusive);
-        Guard {
-            guard: self.lock.lock(),
-            _held: held,
-        }
+        self.take(Mode::Exclusive, Mutex::lock)
     }
 }
 
