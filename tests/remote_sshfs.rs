@@ -660,7 +660,7 @@ fn an_sshfs_leg_whose_server_hangs_or_dies_is_dropped_and_resynced() {
     // c. The server dies: every process in its namespace killed.
     let out = tmp.path().join("fio-kill.json");
     let before = stats(&mnt).legs[1].write_bytes;
-    let mut job = fio(&mnt.join("fio.dat"), &out, 8);
+    let mut job = fio(&mnt.join("fio.dat"), &out, 12);
     assert!(wait_for(Duration::from_secs(60), || stats(&mnt).legs[1]
         .write_bytes
         >= before + (4 << 20)
@@ -672,7 +672,19 @@ fn an_sshfs_leg_whose_server_hangs_or_dies_is_dropped_and_resynced() {
     if let Some(mut c) = sshd.take() {
         let _ = c.wait();
     }
+    // fio may have made its last write just before the kill on a loaded machine (CI once saw
+    // no leg I/O at all in the 30 s after it): a write of the test's own reaches the dead leg
+    // whatever fio does, and must succeed on the other.
+    let probe = std::thread::spawn({
+        let f = mnt.join("after-kill");
+        move || {
+            let mut file = fs::File::create(&f).unwrap();
+            std::io::Write::write_all(&mut file, b"written after the server died").unwrap();
+            file.sync_all().unwrap();
+        }
+    });
     let degraded_c = time_to_degraded(&mnt, killed_at, || diagnostics(&mnt, &netns, &remote));
+    probe.join().expect("a write after the server died failed");
     let (read_c, write_c) = fio_done(&mut job, &out, "server killed");
     assert!(
         killed_at.elapsed() > Duration::from_secs(3),
