@@ -1,7 +1,7 @@
 //! Descriptor-relative operations on a leg. Every function takes a directory descriptor and a
 //! single name component, or an `O_PATH` descriptor of the object itself.
 
-use super::{check, check_size};
+use super::{check, check_size, rx};
 use crate::errno::{Errno, Result};
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
@@ -9,11 +9,6 @@ use std::path::Path;
 
 /// A `stat` of a leg object.
 pub type Stat = libc::stat;
-
-/// A rustix result as ours: the same errno.
-fn rx<T>(r: rustix::io::Result<T>) -> Result<T> {
-    r.map_err(|e| Errno(e.raw_os_error()))
-}
 
 /// Open flags as rustix takes them (the same bits).
 fn oflags(flags: i32) -> rustix::fs::OFlags {

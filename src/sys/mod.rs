@@ -33,6 +33,11 @@ fn check(ret: libc::c_int) -> Result<libc::c_int> {
     }
 }
 
+/// A rustix result as ours: the same errno.
+fn rx<T>(r: rustix::io::Result<T>) -> Result<T> {
+    r.map_err(|e| Errno(e.raw_os_error()))
+}
+
 /// Same as [`check`] for calls returning `ssize_t`.
 fn check_size(ret: libc::ssize_t) -> Result<usize> {
     if ret < 0 {
