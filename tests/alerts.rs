@@ -43,10 +43,29 @@ fn records(log: &Path) -> Vec<BTreeMap<String, String>> {
         .collect()
 }
 
-/// Waits until `log` holds `n` records (10 s), then 1.5 s more (three of the watcher's looks)
-/// to see that no other comes; returns them.
+/// The looks of the daemon's event watcher over, each with every event it found dispatched
+/// (`user.mirrorfs.notify_looks`).
+fn looks(mnt: &Path) -> u64 {
+    let v = getfattr_ok(&mnt.join(".mirrorfs"), "user.mirrorfs.notify_looks");
+    v.parse().unwrap_or_else(|_| panic!("notify_looks: {v:?}"))
+}
+
+/// Waits until the event watcher of the mount `mnt` has looked three more times, and run the
+/// programs of whatever it found: what has happened on the mount by now has reached them.
 #[track_caller]
-fn settle(log: &Path, n: usize) -> Vec<BTreeMap<String, String>> {
+fn three_looks(mnt: &Path) {
+    let from = looks(mnt);
+    assert!(
+        wait_for(Duration::from_secs(10), || looks(mnt) >= from + 3),
+        "the event watcher looked {} time(s) in 10 s",
+        looks(mnt) - from
+    );
+}
+
+/// Waits until `log` holds `n` records (10 s), then for three more looks of the watcher to see
+/// that no other comes; returns them.
+#[track_caller]
+fn settle(mnt: &Path, log: &Path, n: usize) -> Vec<BTreeMap<String, String>> {
     assert!(
         wait_for(Duration::from_secs(10), || records(log).len() >= n),
         "{} holds {} record(s), want {n}: {:?}",
@@ -54,7 +73,7 @@ fn settle(log: &Path, n: usize) -> Vec<BTreeMap<String, String>> {
         records(log).len(),
         records(log)
     );
-    std::thread::sleep(Duration::from_millis(1500));
+    three_looks(mnt);
     let r = records(log);
     assert_eq!(r.len(), n, "{}: {r:#?}", log.display());
     r
@@ -101,7 +120,7 @@ fn a_failed_leg_runs_each_program_once_and_notify_test_reaches_them() {
         .mount();
     fs::write(m.path("before"), b"both legs").unwrap();
     // A healthy mount: no event.
-    std::thread::sleep(Duration::from_millis(1200));
+    three_looks(m.mnt());
     assert!(
         records(&s.prog_log).is_empty(),
         "{:?}",
@@ -119,7 +138,7 @@ fn a_failed_leg_runs_each_program_once_and_notify_test_reaches_them() {
     assert_eq!(st.legs[1].state, mirrorfs::stats::LegState::Failed);
 
     for log in [&s.prog_log, &s.dir_log] {
-        let r = settle(log, 1);
+        let r = settle(m.mnt(), log, 1);
         let v = &r[0];
         let want = [
             ("MIRRORFS_EVENT", "leg_failed".to_string()),
@@ -155,7 +174,7 @@ fn a_failed_leg_runs_each_program_once_and_notify_test_reaches_them() {
         "{said}"
     );
     for log in [&s.prog_log, &s.dir_log] {
-        let r = settle(log, 2);
+        let r = settle(m.mnt(), log, 2);
         assert_eq!(r[1]["MIRRORFS_EVENT"], "test", "{r:#?}");
         assert_eq!(r[1]["MIRRORFS_MOUNT"], path_str(m.mnt()));
     }
@@ -249,18 +268,23 @@ fn mail_rate_limit_and_log() {
             assert_bytes_eq(&got, &data, "read through the fault");
         };
         fault_and_read();
-        let r = settle(&s.dir_log, 1);
+        let r = settle(&mnt, &s.dir_log, 1);
+        // The run came before this: notify_interval (3 s) from here is surely over.
+        let first_run = std::time::Instant::now();
         assert_eq!(r[0]["MIRRORFS_EVENT"], "read_repaired", "{r:#?}");
         assert_eq!(r[0]["MIRRORFS_LEG"], "leg0");
         assert_eq!(r[0]["MIRRORFS_COUNT"], "1");
         assert_eq!(r[0]["MIRRORFS_SEVERITY"], "warning");
         // Again within 3 s: held back.
         fault_and_read();
-        settle(&s.dir_log, 1);
+        settle(&mnt, &s.dir_log, 1);
         // After the interval: runs, and counts the one held back.
-        std::thread::sleep(Duration::from_secs(2));
+        std::thread::sleep(
+            (first_run + Duration::from_secs(3))
+                .saturating_duration_since(std::time::Instant::now()),
+        );
         fault_and_read();
-        let r = settle(&s.dir_log, 2);
+        let r = settle(&mnt, &s.dir_log, 2);
         assert_eq!(r[1]["MIRRORFS_EVENT"], "read_repaired");
         assert_eq!(r[1]["MIRRORFS_SUPPRESSED"], "1", "{r:#?}");
         // Two mails, like the runs.

@@ -434,6 +434,7 @@ fn a_restart_to_another_build_is_seen_by_no_program() {
     assert!(err.contains("cannot take this session over"), "{err}");
     // Refused: another user (who may reach the mount).
     sh_ok(&format!("chmod 755 {}", shq(m.root())));
+    let restarts = stats(&mnt).keeper.unwrap().restarts;
     let out = sh_as(
         NOBODY,
         NOGROUP,
@@ -450,8 +451,11 @@ fn a_restart_to_another_build_is_seen_by_no_program() {
         !out.status.success() && err.contains("Permission denied"),
         "another user: {out:?}"
     );
-    std::thread::sleep(Duration::from_millis(300));
+    // A restart the server took would have begun by the time a scrub has run through it.
+    let out = run_mirrorfs(["scrub", "start", mnt.to_str().unwrap(), "--wait"]);
+    assert!(out.status.success(), "scrub: {out:?}");
     assert_eq!(server_pid(&mnt), pid);
+    assert_eq!(stats(&mnt).keeper.unwrap().restarts, restarts);
     legs_identical_after_scrub(&mut m);
     // Without a keeper there is nothing to restart with.
     let m2 = TestMirror::new(2).option("transport=devfuse").mount();

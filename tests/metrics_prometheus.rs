@@ -386,7 +386,13 @@ fn the_last_scrub_outlives_the_mount() {
     // as cancelled, with the end of the complete one before it; and so after a remount.
     mirrorfs_ok(&[&"set", &m.mnt(), &"resync_speed_max", &"64K"]);
     mirrorfs_ok(&[&"scrub", &"start", &m.mnt()]);
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert!(
+        wait_for(std::time::Duration::from_secs(20), || stats(m.mnt())
+            .scrub
+            .is_some_and(|s| s.done_bytes > 0)),
+        "the scrub read nothing in 20 s: {:?}",
+        stats(m.mnt()).scrub
+    );
     mirrorfs_ok(&[&"scrub", &"cancel", &m.mnt()]);
     let second = last_scrub_when_over(m.mnt());
     assert_eq!(second["state"], "cancelled", "{second}");

@@ -729,6 +729,12 @@ pub static KEYS: &[KeySpec] = &[
         doc: "the last event dispatched, JSON: `id`, `event`, `time`, `leg`, `summary`, `suppressed` (true when rate-limited) and `ran`, each program with its exit status (`mail` for the mail), or `none`",
     },
     KeySpec {
+        name: "notify_looks",
+        access: Access::Read,
+        scope: Scope::Mount,
+        doc: "how many times the event watcher has compared the statistics (twice a second) and dispatched every event it found, since the mount: once it has moved on, whatever happened before has run its programs",
+    },
+    KeySpec {
         name: "stats_reset",
         access: Access::WriteOnly,
         scope: Scope::Mount,

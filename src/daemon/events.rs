@@ -659,15 +659,22 @@ impl Dispatcher {
 
 /// Starts the watcher and the dispatcher for the mount `fs` serves.
 pub fn start(fs: Arc<MirrorFs>, mount: &Path, config: &MountConfig) -> std::io::Result<()> {
-    let (tx, rx) = crossbeam_channel::unbounded::<Event>();
+    // Each look's events, then the end of the look: the dispatcher counts a look once it has
+    // run the programs of every event found in it (`user.mirrorfs.notify_looks`).
+    let (tx, rx) = crossbeam_channel::unbounded::<Option<Event>>();
     let mut dispatcher = Dispatcher::new(mount, config);
     let fs2 = fs.clone();
     std::thread::Builder::new()
         .name("events".into())
         .spawn(move || {
             for e in rx {
-                let record = dispatcher.dispatch(&e);
-                fs2.events().record(record);
+                match e {
+                    Some(e) => {
+                        let record = dispatcher.dispatch(&e);
+                        fs2.events().record(record);
+                    }
+                    None => fs2.events().looked(),
+                }
             }
         })?;
     std::thread::Builder::new()
@@ -676,7 +683,7 @@ pub fn start(fs: Arc<MirrorFs>, mount: &Path, config: &MountConfig) -> std::io::
             let mut watch = Watch::default();
             loop {
                 let events = watch.look(fs.stats(), fs.events().test_requests());
-                for e in events {
+                for e in events.into_iter().map(Some).chain([None]) {
                     if tx.send(e).is_err() {
                         return;
                     }

@@ -112,6 +112,9 @@ impl MirrorFs {
 pub struct EventBus {
     test_requests: std::sync::atomic::AtomicU64,
     last: parking_lot::Mutex<Option<String>>,
+    /// The watcher's looks whose events have all been dispatched (`user.mirrorfs.notify_looks`):
+    /// once it has moved on by one, whatever the state before showed has run its programs.
+    looks: std::sync::atomic::AtomicU64,
 }
 
 impl EventBus {
@@ -123,6 +126,11 @@ impl EventBus {
     /// Records the last event dispatched (a JSON document).
     pub fn record(&self, doc: String) {
         *self.last.lock() = Some(doc);
+    }
+
+    /// A look of the watcher is over, and every event it found dispatched.
+    pub fn looked(&self) {
+        self.looks.fetch_add(1, Ordering::Release);
     }
 }
 
@@ -489,6 +497,7 @@ impl MirrorFs {
                 .clone()
                 .unwrap_or_else(|| "none".into())
                 .into(),
+            "notify_looks" => self.events.looks.load(Ordering::Acquire).to_string().into(),
             "fault" => self
                 .mirror
                 .faults()
