@@ -50,8 +50,7 @@ fn check_size(ret: libc::ssize_t) -> Result<usize> {
 /// Sets the process umask to 0: modes arrive from the kernel already masked with the caller's
 /// umask, and must reach every leg unchanged.
 pub fn clear_umask() {
-    // SAFETY: umask has no memory effects.
-    unsafe { libc::umask(0) };
+    rustix::process::umask(rustix::fs::Mode::empty());
 }
 
 /// Raises the limit on open files as far as the system allows: every inode the kernel holds
@@ -59,41 +58,39 @@ pub fn clear_umask() {
 /// of a source tree). Root may raise the hard limit up to `fs.nr_open`; others get their hard
 /// limit. Returns the soft limit in force.
 pub fn raise_nofile_limit() -> u64 {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: lim is a valid, writable rlimit.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return 0;
-    }
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    // rustix says "unlimited" with None; the limit in numbers is RLIM_INFINITY.
+    let max = getrlimit(Resource::Nofile)
+        .maximum
+        .unwrap_or(libc::RLIM_INFINITY);
     let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
         .ok()
         .and_then(|s| s.trim().parse::<u64>().ok())
-        .unwrap_or(lim.rlim_max);
-    let wanted = libc::rlimit {
-        rlim_cur: nr_open.max(lim.rlim_max),
-        rlim_max: nr_open.max(lim.rlim_max),
-    };
-    // SAFETY: wanted is a valid rlimit.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &wanted) } == 0 {
-        return wanted.rlim_cur;
+        .unwrap_or(max);
+    let wanted = nr_open.max(max);
+    if setrlimit(Resource::Nofile, nofile_rlimit(wanted)).is_ok() {
+        return wanted;
     }
-    lim.rlim_cur = lim.rlim_max;
-    // SAFETY: lim is a valid rlimit.
-    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
-    lim.rlim_cur
+    let _ = setrlimit(Resource::Nofile, nofile_rlimit(max));
+    max
+}
+
+/// A soft and hard limit both at `n` (`RLIM_INFINITY`: unlimited), as rustix takes it.
+fn nofile_rlimit(n: u64) -> rustix::process::Rlimit {
+    let n = (n != libc::RLIM_INFINITY).then_some(n);
+    rustix::process::Rlimit {
+        current: n,
+        maximum: n,
+    }
 }
 
 /// The current time as a `timespec`, for resolving `UTIME_NOW` once for every leg.
 pub fn now_timespec() -> libc::timespec {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid, writable timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-    ts
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Realtime);
+    libc::timespec {
+        tv_sec: ts.tv_sec as libc::time_t,
+        tv_nsec: ts.tv_nsec as libc::c_long,
+    }
 }
 
 /// Unix time `unix_s` in the local time zone, to the minute: `2026-12-01 20:10`.
@@ -118,9 +115,7 @@ pub fn local_minute(unix_s: u64) -> String {
 /// 16 random bytes from the kernel, as lowercase hex (array and leg identities).
 pub fn random_hex_id() -> String {
     let mut buf = [0u8; 16];
-    // SAFETY: buf is valid for 16 bytes.
-    let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
-    if n != buf.len() as isize {
+    if !fill_random(&mut buf) {
         // getrandom cannot fail for 16 bytes after boot; fall back to time and pid.
         let t = now_timespec();
         let mix = (t.tv_sec as u128) << 64 | (t.tv_nsec as u128) << 32 | std::process::id() as u128;
@@ -132,15 +127,20 @@ pub fn random_hex_id() -> String {
 /// A random, non-zero 64-bit number from the kernel (file identities).
 pub fn random_u64() -> u64 {
     let mut buf = [0u8; 8];
-    // SAFETY: buf is valid for 8 bytes.
-    let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
-    let v = if n == buf.len() as isize {
+    let v = if fill_random(&mut buf) {
         u64::from_le_bytes(buf)
     } else {
         let t = now_timespec();
         (t.tv_sec as u64) << 32 ^ (t.tv_nsec as u64) ^ (std::process::id() as u64) << 48
     };
     v.max(1)
+}
+
+/// Fills `buf` from the kernel's random source (`getrandom`, no flags); false unless one call
+/// filled all of it.
+fn fill_random(buf: &mut [u8]) -> bool {
+    let len = buf.len();
+    rustix::rand::getrandom(buf, rustix::rand::GetRandomFlags::empty()) == Ok(len)
 }
 
 /// `fork()`, for daemonizing.
@@ -161,23 +161,24 @@ pub unsafe fn fork() -> Result<libc::pid_t> {
 
 /// `setsid()`: detach the daemon from the terminal's session.
 pub fn setsid() {
-    // SAFETY: no memory effects.
-    unsafe { libc::setsid() };
+    let _ = rustix::process::setsid();
 }
 
 /// Points stdin, stdout and stderr at /dev/null (the daemon after a successful mount).
+///
+/// Opened without `O_CLOEXEC`: if 0, 1 or 2 was closed, /dev/null gets that number and stays
+/// as it is, and a program this process executes must inherit it.
 pub fn redirect_stdio_to_null() {
-    // SAFETY: the path is a valid C string; dup2 onto 0..2 has no memory effects.
-    unsafe {
-        let fd = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
-        if fd >= 0 {
-            libc::dup2(fd, 0);
-            libc::dup2(fd, 1);
-            libc::dup2(fd, 2);
-            if fd > 2 {
-                libc::close(fd);
-            }
-        }
+    use rustix::fs::{Mode, OFlags};
+    let Ok(null) = rustix::fs::open(c"/dev/null", OFlags::RDWR, Mode::empty()) else {
+        return;
+    };
+    let _ = rustix::stdio::dup2_stdin(&null);
+    let _ = rustix::stdio::dup2_stdout(&null);
+    let _ = rustix::stdio::dup2_stderr(&null);
+    if std::os::fd::AsRawFd::as_raw_fd(&null) <= 2 {
+        // It is one of stdin, stdout, stderr now: leave it open.
+        let _ = std::os::fd::IntoRawFd::into_raw_fd(null);
     }
 }
 
@@ -204,8 +205,8 @@ pub fn block_termination_signals() {
 
 /// The parent process's id.
 pub fn parent_pid() -> u32 {
-    // SAFETY: getppid takes no arguments.
-    unsafe { libc::getppid() as u32 }
+    // None is a parent outside our pid namespace, which getppid reports as 0.
+    rustix::process::Pid::as_raw(rustix::process::getppid()) as u32
 }
 
 /// Ends the process at once (`_exit`): no destructor, no exit handler, no unmount.
@@ -214,10 +215,19 @@ pub fn exit_now(code: i32) -> ! {
     unsafe { libc::_exit(code) }
 }
 
-/// Sends signal `sig` to process `pid` (errors ignored: it may have ended).
+/// Sends signal `sig` to process `pid` (errors ignored: it may have ended). Only a process:
+/// an id below 1 (a process group to `kill`) or a number that is no named signal sends nothing.
 pub fn signal(pid: libc::pid_t, sig: i32) {
-    // SAFETY: kill takes no pointers.
-    unsafe { libc::kill(pid, sig) };
+    if pid < 1 {
+        return;
+    }
+    let (Some(pid), Some(sig)) = (
+        rustix::process::Pid::from_raw(pid),
+        rustix::process::Signal::from_named_raw(sig),
+    ) else {
+        return;
+    };
+    let _ = rustix::process::kill_process(pid, sig);
 }
 
 /// Whether a process with id `pid` exists (signal 0: EPERM means it exists and is another
@@ -226,9 +236,14 @@ pub fn process_alive(pid: u32) -> bool {
     let Ok(pid) = libc::pid_t::try_from(pid) else {
         return false;
     };
-    // SAFETY: kill takes no pointers; signal 0 only checks.
-    let r = unsafe { libc::kill(pid, 0) };
-    r == 0 || crate::errno::Errno::last() == crate::errno::Errno::EPERM
+    // 0 is no process: kill(0, 0) asks after our own process group, which exists.
+    let Some(pid) = rustix::process::Pid::from_raw(pid) else {
+        return true;
+    };
+    match rustix::process::test_kill_process(pid) {
+        Ok(()) | Err(rustix::io::Errno::PERM) => true,
+        Err(_) => false,
+    }
 }
 
 /// Waits until a termination signal arrives; returns its number.
@@ -264,42 +279,26 @@ pub fn io_priority_idle() -> std::io::Result<()> {
 
 /// `umount2(path, flags)`.
 pub fn umount(path: &std::ffi::CStr, flags: i32) -> std::io::Result<()> {
-    // SAFETY: path is a valid C string; no memory is written.
-    if unsafe { libc::umount2(path.as_ptr(), flags) } < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    let flags = rustix::mount::UnmountFlags::from_bits_retain(flags as u32);
+    rustix::mount::unmount(path, flags).map_err(std::io::Error::from)
 }
 
 /// Mounts the FUSE control filesystem (fusectl) on `dir` (root only).
 pub fn mount_fusectl(dir: &str) -> std::io::Result<()> {
     let d = std::ffi::CString::new(dir).map_err(|_| std::io::ErrorKind::InvalidInput)?;
-    // SAFETY: every pointer is a valid C string or null; no memory is written.
-    let r = unsafe {
-        libc::mount(
-            c"fusectl".as_ptr(),
-            d.as_ptr(),
-            c"fusectl".as_ptr(),
-            0,
-            std::ptr::null(),
-        )
-    };
-    if r < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    let none = rustix::mount::MountFlags::empty();
+    rustix::mount::mount(c"fusectl", d.as_c_str(), c"fusectl", none, None)
+        .map_err(std::io::Error::from)
 }
 
 /// The effective uid of this process.
 pub fn geteuid() -> u32 {
-    // SAFETY: no memory effects.
-    unsafe { libc::geteuid() }
+    rustix::process::geteuid().as_raw()
 }
 
 /// The effective gid of this process.
 pub fn getegid() -> u32 {
-    // SAFETY: no memory effects.
-    unsafe { libc::getegid() }
+    rustix::process::getegid().as_raw()
 }
 
 /// Lets a write to a closed pipe end the process quietly, as command-line tools do
@@ -307,4 +306,32 @@ pub fn getegid() -> u32 {
 pub fn default_sigpipe() {
     // SAFETY: installs the default disposition; no handler code runs.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn processes_ids_and_randomness() {
+        assert!(process_alive(std::process::id()));
+        assert!(process_alive(0), "kill(0, 0): our own process group");
+        assert!(!process_alive(u32::MAX));
+        assert_eq!(parent_pid(), std::os::unix::process::parent_id());
+        let (a, b) = (random_hex_id(), random_hex_id());
+        assert!(a.len() == 32 && a != b && random_u64() != 0);
+    }
+
+    #[test]
+    fn the_open_file_limit_only_goes_up() {
+        use rustix::process::{getrlimit, Resource};
+        let soft = || {
+            getrlimit(Resource::Nofile)
+                .current
+                .unwrap_or(libc::RLIM_INFINITY)
+        };
+        let before = soft();
+        let now = raise_nofile_limit();
+        assert!(now >= before && soft() == now, "{before} -> {now}");
+    }
 }
