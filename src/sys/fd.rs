@@ -74,9 +74,11 @@ pub fn reopen(fd: BorrowedFd<'_>, flags: i32) -> Result<OwnedFd> {
     let path = proc_path(fd);
     let flags = (flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY | libc::O_NOFOLLOW))
         | libc::O_CLOEXEC;
-    // SAFETY: path is a valid C string.
-    let fd = check(unsafe { libc::open(path.as_ptr(), flags) })?;
-    Ok(owned(fd))
+    rx(rustix::fs::open(
+        &path,
+        oflags(flags),
+        rustix::fs::Mode::empty(),
+    ))
 }
 
 /// `fstat` of any descriptor, `O_PATH` ones included, without following a symlink.
@@ -103,9 +105,21 @@ pub fn mkdir_at(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> Result<()> {
     ))
 }
 
+/// `mknodat`, the file type taken from `mode`. A type of 0 is a regular file, as the kernel
+/// reads it; rustix would send an unknown type as `S_IFMT`, which the kernel refuses.
 pub fn mknod_at(dir: BorrowedFd<'_>, name: &CStr, mode: u32, rdev: u64) -> Result<()> {
-    // SAFETY: valid C string and descriptor.
-    check(unsafe { libc::mknodat(dir.as_raw_fd(), name.as_ptr(), mode, rdev) }).map(drop)
+    use rustix::fs::{FileType, Mode};
+    let kind = match mode & libc::S_IFMT {
+        0 => FileType::RegularFile,
+        _ => FileType::from_raw_mode(mode),
+    };
+    rx(rustix::fs::mknodat(
+        dir,
+        name,
+        kind,
+        Mode::from_raw_mode(mode),
+        rdev,
+    ))
 }
 
 pub fn symlink_at(target: &CStr, dir: BorrowedFd<'_>, name: &CStr) -> Result<()> {
@@ -194,57 +208,53 @@ pub fn open_beneath(root: BorrowedFd<'_>, rel: &[u8]) -> Result<OwnedFd> {
 /// The target of the symlink `fd` holds.
 pub fn read_link(fd: BorrowedFd<'_>) -> Result<Vec<u8>> {
     let mut buf = vec![0u8; libc::PATH_MAX as usize + 1];
-    // SAFETY: buf is valid for buf.len() bytes.
-    let n = check_size(unsafe {
-        libc::readlinkat(
-            fd.as_raw_fd(),
-            c"".as_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
-    })?;
+    let n = rx(rustix::fs::readlinkat_raw(fd, c"", &mut buf[..]))?;
     buf.truncate(n);
     Ok(buf)
 }
 
 /// chown of the object itself (a symlink is not followed). `u32::MAX` keeps a value.
 pub fn chown(fd: BorrowedFd<'_>, uid: u32, gid: u32) -> Result<()> {
-    // SAFETY: valid descriptor and C string.
-    check(unsafe {
-        libc::fchownat(
-            fd.as_raw_fd(),
-            c"".as_ptr(),
-            uid,
-            gid,
-            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
-        )
-    })
-    .map(drop)
+    // rustix sends `None` as -1, the value that keeps an id.
+    let uid = (uid != u32::MAX).then(|| rustix::fs::Uid::from_raw(uid));
+    let gid = (gid != u32::MAX).then(|| rustix::fs::Gid::from_raw(gid));
+    let flags = rustix::fs::AtFlags::EMPTY_PATH | rustix::fs::AtFlags::SYMLINK_NOFOLLOW;
+    rx(rustix::fs::chownat(fd, c"", uid, gid, flags))
 }
 
 /// chmod through `/proc/self/fd/N` (Linux cannot chmod a symlink; callers skip those).
 pub fn chmod(fd: BorrowedFd<'_>, mode: u32) -> Result<()> {
     let p = proc_path(fd);
-    // SAFETY: valid C string.
-    check(unsafe { libc::chmod(p.as_ptr(), mode) }).map(drop)
+    rx(rustix::fs::chmod(&p, rustix::fs::Mode::from_raw_mode(mode)))
 }
 
 /// Sets atime and mtime of the object itself (`UTIME_OMIT` keeps one).
 pub fn set_times(fd: BorrowedFd<'_>, atime: libc::timespec, mtime: libc::timespec) -> Result<()> {
-    let times = [atime, mtime];
-    // SAFETY: valid descriptor, C string and a 2-element timespec array.
-    check(unsafe {
-        libc::utimensat(
-            fd.as_raw_fd(),
-            c"".as_ptr(),
-            times.as_ptr(),
-            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
-        )
-    })
-    .map(drop)
+    let flags = rustix::fs::AtFlags::EMPTY_PATH | rustix::fs::AtFlags::SYMLINK_NOFOLLOW;
+    rx(rustix::fs::utimensat(
+        fd,
+        c"",
+        &timestamps(atime, mtime),
+        flags,
+    ))
 }
 
-/// truncate through `/proc/self/fd/N` (regular files only).
+/// atime and mtime as `utimensat` takes them from rustix: the same two timespecs, with
+/// `UTIME_NOW` / `UTIME_OMIT` passed through in `tv_nsec`.
+pub(super) fn timestamps(atime: libc::timespec, mtime: libc::timespec) -> rustix::fs::Timestamps {
+    let ts = |t: libc::timespec| rustix::fs::Timespec {
+        tv_sec: t.tv_sec,
+        tv_nsec: t.tv_nsec,
+    };
+    rustix::fs::Timestamps {
+        last_access: ts(atime),
+        last_modification: ts(mtime),
+    }
+}
+
+/// truncate through `/proc/self/fd/N` (regular files only). libc's: rustix has no `truncate`
+/// of a path, and opening the file for its `ftruncate` would add an open and a close on the
+/// leg (seen by watchers, breaking leases) that the user did not make.
 pub fn truncate(fd: BorrowedFd<'_>, size: u64) -> Result<()> {
     let p = proc_path(fd);
     // SAFETY: valid C string.
@@ -252,24 +262,18 @@ pub fn truncate(fd: BorrowedFd<'_>, size: u64) -> Result<()> {
 }
 
 pub fn ftruncate(fd: BorrowedFd<'_>, size: u64) -> Result<()> {
-    // SAFETY: no memory effects.
-    check(unsafe { libc::ftruncate(fd.as_raw_fd(), size as libc::off_t) }).map(drop)
+    rx(rustix::fs::ftruncate(fd, size))
 }
 
 /// Reads at `offset` until `buf` is full or end of file; returns the bytes read.
 pub fn pread_full(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> Result<usize> {
     let mut done = 0;
     while done < buf.len() {
-        // SAFETY: the pointer and length stay inside buf.
-        let n = unsafe {
-            libc::pread(
-                fd.as_raw_fd(),
-                buf[done..].as_mut_ptr().cast(),
-                buf.len() - done,
-                (offset + done as u64) as libc::off_t,
-            )
-        };
-        match check_size(n) {
+        match rx(rustix::io::pread(
+            fd,
+            &mut buf[done..],
+            offset + done as u64,
+        )) {
             Ok(0) => break,
             Ok(n) => done += n,
             Err(Errno(libc::EINTR)) => continue,
@@ -283,16 +287,7 @@ pub fn pread_full(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> Result<usi
 pub fn pwrite_full(fd: BorrowedFd<'_>, data: &[u8], offset: u64) -> Result<usize> {
     let mut done = 0;
     while done < data.len() {
-        // SAFETY: the pointer and length stay inside data.
-        let n = unsafe {
-            libc::pwrite(
-                fd.as_raw_fd(),
-                data[done..].as_ptr().cast(),
-                data.len() - done,
-                (offset + done as u64) as libc::off_t,
-            )
-        };
-        match check_size(n) {
+        match rx(rustix::io::pwrite(fd, &data[done..], offset + done as u64)) {
             Ok(0) => return Err(Errno::ENOSPC),
             Ok(n) => done += n,
             Err(Errno(libc::EINTR)) => continue,
@@ -304,45 +299,44 @@ pub fn pwrite_full(fd: BorrowedFd<'_>, data: &[u8], offset: u64) -> Result<usize
 
 /// fsync, or fdatasync when `datasync`.
 pub fn fsync(fd: BorrowedFd<'_>, datasync: bool) -> Result<()> {
-    // SAFETY: no memory effects.
-    let r = unsafe {
-        if datasync {
-            libc::fdatasync(fd.as_raw_fd())
-        } else {
-            libc::fsync(fd.as_raw_fd())
-        }
-    };
-    check(r).map(drop)
+    match datasync {
+        true => rx(rustix::fs::fdatasync(fd)),
+        false => rx(rustix::fs::fsync(fd)),
+    }
 }
 
+/// `fallocate` with the `FALLOC_FL_*` bits of `mode` as given (unknown ones too: the kernel
+/// judges them).
 pub fn fallocate(fd: BorrowedFd<'_>, mode: i32, offset: u64, len: u64) -> Result<()> {
-    // SAFETY: no memory effects.
-    check(unsafe {
-        libc::fallocate(
-            fd.as_raw_fd(),
-            mode,
-            offset as libc::off_t,
-            len as libc::off_t,
-        )
-    })
-    .map(drop)
+    let mode = rustix::fs::FallocateFlags::from_bits_retain(mode as u32);
+    rx(rustix::fs::fallocate(fd, mode, offset, len))
 }
 
 /// `lseek` for SEEK_DATA / SEEK_HOLE / SEEK_END queries. Uses a private duplicate-free call:
 /// the file offset it moves belongs to mirrorfs's own descriptor, which is only used with
 /// positional I/O, so moving it is harmless.
+///
+/// A negative offset, cast to the `u64` rustix takes, reaches the kernel as the same `loff_t`
+/// and is refused there with EINVAL, as before; an unknown `whence` gets the kernel's EINVAL
+/// here.
 pub fn lseek(fd: BorrowedFd<'_>, offset: i64, whence: i32) -> Result<i64> {
-    // SAFETY: no memory effects.
-    let r = unsafe { libc::lseek(fd.as_raw_fd(), offset as libc::off_t, whence) };
-    if r < 0 {
-        Err(Errno::last())
-    } else {
-        Ok(r as i64)
-    }
+    use rustix::fs::SeekFrom;
+    let pos = match whence {
+        libc::SEEK_SET => SeekFrom::Start(offset as u64),
+        libc::SEEK_CUR => SeekFrom::Current(offset),
+        libc::SEEK_END => SeekFrom::End(offset),
+        libc::SEEK_DATA => SeekFrom::Data(offset as u64),
+        libc::SEEK_HOLE => SeekFrom::Hole(offset as u64),
+        _ => return Err(Errno::EINVAL),
+    };
+    rx(rustix::fs::seek(fd, pos)).map(|r| r as i64)
 }
 
 /// Copies up to `len` bytes between two files of one leg, looping over short copies until
 /// `len` is done or the source ends. Returns the bytes copied.
+///
+/// Still libc's: it is the last user of `super::check_size`, which `sys/mod.rs` owns; moving
+/// it to `rustix::fs::copy_file_range` goes with removing that helper.
 pub fn copy_file_range_full(
     fd_in: BorrowedFd<'_>,
     off_in: u64,
@@ -375,7 +369,8 @@ pub fn copy_file_range_full(
     Ok(done)
 }
 
-/// `fstatvfs` of the filesystem holding `fd`.
+/// `fstatvfs` of the filesystem holding `fd`. libc's: rustix's `StatVfs` lacks `f_type` and
+/// keeps the kernel's `ST_VALID` bit in `f_flag`, which glibc clears.
 pub fn statvfs(fd: BorrowedFd<'_>) -> Result<libc::statvfs> {
     // SAFETY: statvfs is plain old data; all-zero is a valid value.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
@@ -386,15 +381,16 @@ pub fn statvfs(fd: BorrowedFd<'_>) -> Result<libc::statvfs> {
 
 /// Flushes the whole filesystem holding `fd` to stable storage.
 pub fn syncfs(fd: BorrowedFd<'_>) -> Result<()> {
-    // SAFETY: plain syscall on a valid descriptor.
-    check(unsafe { libc::syncfs(fd.as_raw_fd()) }).map(drop)
+    rx(rustix::fs::syncfs(fd))
 }
 
-/// `faccessat` on the object with the current (file-system) credentials.
+/// `faccessat` on the object with the current (file-system) credentials: `AT_EACCESS`, so
+/// the kernel checks the fsuid the caller's thread has taken, not the real uid.
 pub fn access(fd: BorrowedFd<'_>, mask: i32) -> Result<()> {
+    use rustix::fs::{Access, AtFlags, CWD};
     let p = proc_path(fd);
-    // SAFETY: valid C string.
-    check(unsafe { libc::faccessat(libc::AT_FDCWD, p.as_ptr(), mask, libc::AT_EACCESS) }).map(drop)
+    let mask = Access::from_bits_retain(mask as u32);
+    rx(rustix::fs::accessat(CWD, &p, mask, AtFlags::EACCESS))
 }
 
 /// Opens the directory at `path` for reading (`O_DIRECTORY`), e.g. to flush it: a directory
@@ -408,34 +404,30 @@ pub fn open_dir(path: &Path) -> Result<OwnedFd> {
 /// `openat(dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)`: the directory `name` in `dir`,
 /// opened for reading (and flushing), never through a symlink.
 pub fn open_dir_at(dir: BorrowedFd<'_>, name: &CStr) -> Result<OwnedFd> {
-    // SAFETY: name is a valid C string; dir is a live descriptor.
-    let fd = check(unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            name.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    })?;
-    Ok(owned(fd))
+    let flags = oflags(libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC);
+    rx(rustix::fs::openat(
+        dir,
+        name,
+        flags,
+        rustix::fs::Mode::empty(),
+    ))
 }
 
 /// The file status flags of a descriptor (`fcntl(F_GETFL)`): its access mode, `O_PATH`, ...
 pub fn status_flags(fd: BorrowedFd<'_>) -> Result<i32> {
-    // SAFETY: no memory effects.
-    check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) })
+    // rustix keeps every bit the kernel returns.
+    rx(rustix::fs::fcntl_getfl(fd)).map(|f| f.bits() as i32)
 }
 
 /// A readable descriptor of a directory held as `O_PATH`.
 pub fn open_dir_for_read(fd: BorrowedFd<'_>) -> Result<OwnedFd> {
-    // SAFETY: valid descriptor and C string.
-    let r = check(unsafe {
-        libc::openat(
-            fd.as_raw_fd(),
-            c".".as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    })?;
-    Ok(owned(r))
+    let flags = oflags(libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC);
+    rx(rustix::fs::openat(
+        fd,
+        c".",
+        flags,
+        rustix::fs::Mode::empty(),
+    ))
 }
 
 #[cfg(test)]
@@ -506,6 +498,31 @@ mod tests {
         assert_eq!(fstat(p.as_fd()).unwrap().st_mode & 0o7777, 0o640);
         truncate(p.as_fd(), 2).unwrap();
         assert_eq!(fstat(p.as_fd()).unwrap().st_size, 2);
+    }
+
+    /// The rustix calls answer as the libc ones did: a mode without a type makes a regular
+    /// file, and `lseek` refuses a negative offset and an unknown `whence` with EINVAL.
+    #[test]
+    fn mknod_without_type_and_lseek_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = open_root(dir.path()).unwrap();
+        mknod_at(root.as_fd(), c"r", 0o600, 0).unwrap();
+        mknod_at(root.as_fd(), c"p", libc::S_IFIFO | 0o600, 0).unwrap();
+        let kind = |n: &CStr| {
+            let fd = open_path_at(root.as_fd(), n).unwrap();
+            fstat(fd.as_fd()).unwrap().st_mode & libc::S_IFMT
+        };
+        assert_eq!(kind(c"r"), libc::S_IFREG);
+        assert_eq!(kind(c"p"), libc::S_IFIFO);
+        let f = create_at(root.as_fd(), c"f", libc::O_RDWR, 0o600).unwrap();
+        ftruncate(f.as_fd(), 10).unwrap();
+        assert_eq!(lseek(f.as_fd(), 0, libc::SEEK_END), Ok(10));
+        assert_eq!(lseek(f.as_fd(), -1, libc::SEEK_SET), Err(Errno::EINVAL));
+        assert_eq!(lseek(f.as_fd(), 0, 42), Err(Errno::EINVAL));
+        assert_eq!(
+            status_flags(f.as_fd()).unwrap() & libc::O_ACCMODE,
+            libc::O_RDWR
+        );
     }
 }
 

@@ -5,9 +5,10 @@
 //! The xattr calls go through `/proc/self/fd/DIR/NAME` with the `l*xattr` variants: the kernel
 //! resolves the magic link to the very directory the descriptor holds, then looks `NAME` up in
 //! it without following a final symlink. This is what makes the xattrs of a symlink itself
-//! readable and writable (the `O_PATH` route of [`super::xattr`] would follow it).
+//! readable and writable (the `O_PATH` route of [`super::xattr`] would follow it). The lengths
+//! are asked with rustix's `*_query` variants: it reads no empty buffer as a length query.
 
-use super::{check, check_size};
+use super::rx;
 use crate::errno::{Errno, Result};
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -28,14 +29,12 @@ fn entry_path(dir: BorrowedFd<'_>, name: &CStr) -> Result<CString> {
 pub fn lxattr_list_at(dir: BorrowedFd<'_>, name: &CStr) -> Result<Vec<Vec<u8>>> {
     let p = entry_path(dir, name)?;
     loop {
-        // SAFETY: a null buffer with size 0 asks for the length.
-        let len = check_size(unsafe { libc::llistxattr(p.as_ptr(), std::ptr::null_mut(), 0) })?;
+        let len = rx(rustix::fs::llistxattr_query(&p))?;
         if len == 0 {
             return Ok(Vec::new());
         }
         let mut buf = vec![0u8; len];
-        // SAFETY: buf is valid for len bytes.
-        match check_size(unsafe { libc::llistxattr(p.as_ptr(), buf.as_mut_ptr().cast(), len) }) {
+        match rx(rustix::fs::llistxattr(&p, &mut buf[..])) {
             Ok(n) => {
                 buf.truncate(n);
                 return Ok(buf
@@ -54,18 +53,12 @@ pub fn lxattr_list_at(dir: BorrowedFd<'_>, name: &CStr) -> Result<Vec<Vec<u8>>> 
 pub fn lxattr_get_at(dir: BorrowedFd<'_>, name: &CStr, attr: &CStr) -> Result<Vec<u8>> {
     let p = entry_path(dir, name)?;
     loop {
-        // SAFETY: a null buffer with size 0 asks for the length.
-        let len = check_size(unsafe {
-            libc::lgetxattr(p.as_ptr(), attr.as_ptr(), std::ptr::null_mut(), 0)
-        })?;
+        let len = rx(rustix::fs::lgetxattr_query(&p, attr))?;
         if len == 0 {
             return Ok(Vec::new());
         }
         let mut buf = vec![0u8; len];
-        // SAFETY: buf is valid for len bytes.
-        match check_size(unsafe {
-            libc::lgetxattr(p.as_ptr(), attr.as_ptr(), buf.as_mut_ptr().cast(), len)
-        }) {
+        match rx(rustix::fs::lgetxattr(&p, attr, &mut buf[..])) {
             Ok(n) => {
                 buf.truncate(n);
                 return Ok(buf);
@@ -79,24 +72,14 @@ pub fn lxattr_get_at(dir: BorrowedFd<'_>, name: &CStr, attr: &CStr) -> Result<Ve
 /// Sets the attribute `attr` of `dir/name` to `value` (a symlink is not followed).
 pub fn lxattr_set_at(dir: BorrowedFd<'_>, name: &CStr, attr: &CStr, value: &[u8]) -> Result<()> {
     let p = entry_path(dir, name)?;
-    // SAFETY: value is valid for value.len() bytes; the strings are valid C strings.
-    check(unsafe {
-        libc::lsetxattr(
-            p.as_ptr(),
-            attr.as_ptr(),
-            value.as_ptr().cast(),
-            value.len(),
-            0,
-        )
-    })
-    .map(drop)
+    let flags = rustix::fs::XattrFlags::empty();
+    rx(rustix::fs::lsetxattr(&p, attr, value, flags))
 }
 
 /// Removes the attribute `attr` of `dir/name` (a symlink is not followed).
 pub fn lxattr_remove_at(dir: BorrowedFd<'_>, name: &CStr, attr: &CStr) -> Result<()> {
     let p = entry_path(dir, name)?;
-    // SAFETY: valid C strings.
-    check(unsafe { libc::lremovexattr(p.as_ptr(), attr.as_ptr()) }).map(drop)
+    rx(rustix::fs::lremovexattr(&p, attr))
 }
 
 /// `utimensat(dir, name, [atime, mtime], AT_SYMLINK_NOFOLLOW)`: the times of the entry itself.
@@ -106,17 +89,9 @@ pub fn set_times_at(
     atime: libc::timespec,
     mtime: libc::timespec,
 ) -> Result<()> {
-    let times = [atime, mtime];
-    // SAFETY: valid descriptor, C string and a 2-element timespec array.
-    check(unsafe {
-        libc::utimensat(
-            dir.as_raw_fd(),
-            name.as_ptr(),
-            times.as_ptr(),
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    })
-    .map(drop)
+    let times = super::fd::timestamps(atime, mtime);
+    let flags = rustix::fs::AtFlags::SYMLINK_NOFOLLOW;
+    rx(rustix::fs::utimensat(dir, name, &times, flags))
 }
 
 /// A C string of one path component.

@@ -1,8 +1,11 @@
 //! Extended attributes of a leg object held as `O_PATH`, through `/proc/self/fd/N` (the
 //! f*xattr calls refuse `O_PATH` descriptors). Not for symlinks: the path would follow them.
+//!
+//! rustix does not read an empty buffer as a length query, as libc does: lengths are asked
+//! with its `*_query` variants.
 
-use super::check_size;
 use super::fd::proc_path;
+use super::rx;
 use crate::errno::Result;
 use std::ffi::CStr;
 use std::os::fd::BorrowedFd;
@@ -11,11 +14,11 @@ use std::os::fd::BorrowedFd;
 /// the length).
 pub fn get(fd: BorrowedFd<'_>, name: &CStr, size: usize) -> Result<(Vec<u8>, usize)> {
     let p = proc_path(fd);
+    if size == 0 {
+        return rx(rustix::fs::getxattr_query(&p, name)).map(|n| (Vec::new(), n));
+    }
     let mut buf = vec![0u8; size];
-    // SAFETY: buf is valid for size bytes (a null pointer with size 0 is allowed).
-    let n = check_size(unsafe {
-        libc::getxattr(p.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), size)
-    })?;
+    let n = rx(rustix::fs::getxattr(&p, name, &mut buf[..]))?;
     buf.truncate(n.min(size));
     Ok((buf, n))
 }
@@ -23,32 +26,26 @@ pub fn get(fd: BorrowedFd<'_>, name: &CStr, size: usize) -> Result<(Vec<u8>, usi
 /// The NUL-separated name list; `size == 0` asks only for its length.
 pub fn list(fd: BorrowedFd<'_>, size: usize) -> Result<(Vec<u8>, usize)> {
     let p = proc_path(fd);
+    if size == 0 {
+        return rx(rustix::fs::listxattr_query(&p)).map(|n| (Vec::new(), n));
+    }
     let mut buf = vec![0u8; size];
-    // SAFETY: buf is valid for size bytes.
-    let n = check_size(unsafe { libc::listxattr(p.as_ptr(), buf.as_mut_ptr().cast(), size) })?;
+    let n = rx(rustix::fs::listxattr(&p, &mut buf[..]))?;
     buf.truncate(n.min(size));
     Ok((buf, n))
 }
 
+/// Sets `name` to `value`; `flags` are `XATTR_CREATE` / `XATTR_REPLACE` as the caller gave
+/// them (unknown bits too: the kernel judges them).
 pub fn set(fd: BorrowedFd<'_>, name: &CStr, value: &[u8], flags: i32) -> Result<()> {
     let p = proc_path(fd);
-    // SAFETY: value is valid for value.len() bytes.
-    let r = unsafe {
-        libc::setxattr(
-            p.as_ptr(),
-            name.as_ptr(),
-            value.as_ptr().cast(),
-            value.len(),
-            flags,
-        )
-    };
-    super::check(r).map(drop)
+    let flags = rustix::fs::XattrFlags::from_bits_retain(flags as u32);
+    rx(rustix::fs::setxattr(&p, name, value, flags))
 }
 
 pub fn remove(fd: BorrowedFd<'_>, name: &CStr) -> Result<()> {
     let p = proc_path(fd);
-    // SAFETY: valid C strings.
-    super::check(unsafe { libc::removexattr(p.as_ptr(), name.as_ptr()) }).map(drop)
+    rx(rustix::fs::removexattr(&p, name))
 }
 
 fn c_path(path: &std::path::Path) -> Result<std::ffi::CString> {
@@ -60,20 +57,9 @@ fn c_path(path: &std::path::Path) -> Result<std::ffi::CString> {
 pub fn get_path(path: &std::path::Path, name: &CStr) -> Result<Vec<u8>> {
     let p = c_path(path)?;
     loop {
-        // SAFETY: a null buffer with size 0 asks for the length.
-        let len = check_size(unsafe {
-            libc::getxattr(p.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0)
-        })?;
+        let len = rx(rustix::fs::getxattr_query(&p, name))?;
         let mut buf = vec![0u8; len + 1];
-        // SAFETY: buf is valid for buf.len() bytes.
-        match check_size(unsafe {
-            libc::getxattr(
-                p.as_ptr(),
-                name.as_ptr(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-            )
-        }) {
+        match rx(rustix::fs::getxattr(&p, name, &mut buf[..])) {
             Ok(n) => {
                 buf.truncate(n);
                 return Ok(buf);
@@ -88,27 +74,17 @@ pub fn get_path(path: &std::path::Path, name: &CStr) -> Result<Vec<u8>> {
 /// Sets `name` on the file at `path` (for the command-line tools).
 pub fn set_path(path: &std::path::Path, name: &CStr, value: &[u8]) -> Result<()> {
     let p = c_path(path)?;
-    // SAFETY: value is valid for value.len() bytes.
-    let r = unsafe {
-        libc::setxattr(
-            p.as_ptr(),
-            name.as_ptr(),
-            value.as_ptr().cast(),
-            value.len(),
-            0,
-        )
-    };
-    super::check(r).map(drop)
+    let flags = rustix::fs::XattrFlags::empty();
+    rx(rustix::fs::setxattr(&p, name, value, flags))
 }
 
 /// The names on the file at `path`, split (for the command-line tools).
 pub fn list_path(path: &std::path::Path) -> Result<Vec<Vec<u8>>> {
     let p = c_path(path)?;
-    // SAFETY: a null buffer with size 0 asks for the length.
-    let len = check_size(unsafe { libc::listxattr(p.as_ptr(), std::ptr::null_mut(), 0) })?;
+    let len = rx(rustix::fs::listxattr_query(&p))?;
     let mut buf = vec![0u8; len];
-    // SAFETY: buf is valid for len bytes.
-    let n = check_size(unsafe { libc::listxattr(p.as_ptr(), buf.as_mut_ptr().cast(), len) })?;
+    // With an empty list the call still happens (its error counts); rustix reads it as 0.
+    let n = rx(rustix::fs::listxattr(&p, &mut buf[..]))?;
     buf.truncate(n);
     Ok(buf
         .split(|&b| b == 0)
