@@ -1,7 +1,7 @@
 //! Descriptor-relative operations on a leg. Every function takes a directory descriptor and a
 //! single name component, or an `O_PATH` descriptor of the object itself.
 
-use super::{check, check_size, rx};
+use super::{check, rx};
 use crate::errno::{Errno, Result};
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
@@ -334,9 +334,6 @@ pub fn lseek(fd: BorrowedFd<'_>, offset: i64, whence: i32) -> Result<i64> {
 
 /// Copies up to `len` bytes between two files of one leg, looping over short copies until
 /// `len` is done or the source ends. Returns the bytes copied.
-///
-/// Still libc's: it is the last user of `super::check_size`, which `sys/mod.rs` owns; moving
-/// it to `rustix::fs::copy_file_range` goes with removing that helper.
 pub fn copy_file_range_full(
     fd_in: BorrowedFd<'_>,
     off_in: u64,
@@ -346,20 +343,15 @@ pub fn copy_file_range_full(
 ) -> Result<u64> {
     let mut done: u64 = 0;
     while done < len {
-        let mut i = (off_in + done) as libc::loff_t;
-        let mut o = (off_out + done) as libc::loff_t;
-        // SAFETY: i and o are valid, writable offsets.
-        let n = unsafe {
-            libc::copy_file_range(
-                fd_in.as_raw_fd(),
-                &mut i,
-                fd_out.as_raw_fd(),
-                &mut o,
-                (len - done) as usize,
-                0,
-            )
-        };
-        match check_size(n) {
+        let (mut i, mut o) = (off_in + done, off_out + done);
+        let want = usize::try_from(len - done).unwrap_or(usize::MAX);
+        match rx(rustix::fs::copy_file_range(
+            fd_in,
+            Some(&mut i),
+            fd_out,
+            Some(&mut o),
+            want,
+        )) {
             Ok(0) => break,
             Ok(n) => done += n as u64,
             Err(Errno(libc::EINTR)) => continue,

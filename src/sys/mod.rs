@@ -38,15 +38,6 @@ fn rx<T>(r: rustix::io::Result<T>) -> Result<T> {
     r.map_err(|e| Errno(e.raw_os_error()))
 }
 
-/// Same as [`check`] for calls returning `ssize_t`.
-fn check_size(ret: libc::ssize_t) -> Result<usize> {
-    if ret < 0 {
-        Err(Errno::last())
-    } else {
-        Ok(ret as usize)
-    }
-}
-
 /// Sets the process umask to 0: modes arrive from the kernel already masked with the caller's
 /// umask, and must reach every leg unchanged.
 pub fn clear_umask() {
