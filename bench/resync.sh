@@ -21,7 +21,7 @@ find $D/b -mindepth 1 -maxdepth 1 ! -name .mirrorfs -exec rm -rf {} +
 sync; echo 3 > /proc/sys/vm/drop_caches
 t2=$(date +%s.%N)
 $B leg add $D/m leg1 --full
-while ! $B status $D/m | grep -q "resync finished"; do sleep 0.5; $B status $D/m | grep -q "resync failed" && { $B status $D/m; exit 1; }; done
+while ! $B status $D/m | grep -q "resync finished"; do sleep 0.1; $B status $D/m | grep -q "resync failed" && { $B status $D/m; exit 1; }; done
 t3=$(date +%s.%N)
 $B status $D/m | grep scan
 echo "full resync: $(awk -v a=$t2 -v b=$t3 'BEGIN { print b - a }') s"
