@@ -121,6 +121,26 @@ fn a_failed_leg_runs_each_program_once_and_notify_test_reaches_them() {
     fs::write(m.path("before"), b"both legs").unwrap();
     // A healthy mount: no event.
     three_looks(m.mnt());
+    // notify_looks is read-only: no value is taken from root, nor from another user.
+    let ctl = m.mnt().join(".mirrorfs");
+    sh_ok(&format!("chmod 755 {}", shq(m.root())));
+    for v in mirrorfs::value::HOSTILE
+        .iter()
+        .filter(|v| !v.contains('\0'))
+    {
+        assert!(
+            setfattr(&ctl, "user.mirrorfs.notify_looks", v).is_err(),
+            "notify_looks={v:?} taken"
+        );
+    }
+    let out = sh_as(
+        NOBODY,
+        NOGROUP,
+        0o022,
+        &format!("setfattr -n user.mirrorfs.notify_looks -v 0 {}", shq(&ctl)),
+    );
+    assert!(!out.status.success(), "another user wrote notify_looks");
+    assert!(looks(m.mnt()) >= 3, "notify_looks after the writes");
     assert!(
         records(&s.prog_log).is_empty(),
         "{:?}",
