@@ -733,3 +733,96 @@ fn rename_over_open_file_keeps_old_data(n: usize) {
     assert_content_on_legs(m.legs(), "old", b"new data!");
     m.finish();
 }
+
+/// Pages of the file `p` in the page cache (`mincore` over a mapping of it).
+fn cached_pages(p: &std::path::Path) -> usize {
+    let f = File::open(p).unwrap();
+    let len = f.metadata().unwrap().len() as usize;
+    if len == 0 {
+        return 0;
+    }
+    let page = 4096;
+    let pages = len.div_ceil(page);
+    // SAFETY: a shared read-only mapping of an open file, unmapped before return; `vec`
+    // holds one byte per page of it, as mincore wants.
+    unsafe {
+        let at = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        );
+        assert_ne!(at, libc::MAP_FAILED, "mmap {}", p.display());
+        let mut vec = vec![0u8; pages];
+        let r = libc::mincore(at, len, vec.as_mut_ptr());
+        libc::munmap(at, len);
+        assert_eq!(r, 0, "mincore {}", p.display());
+        vec.iter().filter(|&&b| b & 1 == 1).count()
+    }
+}
+
+/// Large block-aligned writes are streamed: once written back, they leave the legs' page cache
+/// (RWF_DONTCACHE), which would only hold a second copy of what the mount's cache holds. Small
+/// writes stay cached on the legs. A leg whose filesystem cannot (tmpfs) gets the same data
+/// by a plain write.
+#[test]
+fn streamed_writes_leave_the_legs_page_cache() {
+    require_fuse!();
+    let mut dirs = TestDirs::new(2);
+    dirs.mount_tmpfs_leg(1, "64m");
+    let m = TestMirror::new(2).with_dirs(dirs).mount();
+
+    // 8 MiB in 1 MiB writes, then fsync: every page written back.
+    let big = pattern(8 * MIB, 7);
+    let mut f = File::create(m.path("big")).unwrap();
+    for chunk in big.chunks(MIB) {
+        f.write_all(chunk).unwrap();
+    }
+    f.sync_all().unwrap();
+    drop(f);
+    // The pages go when their writeback ends, which fsync waited for; the last ones may be
+    // dropped a moment later (a page still locked is left to the next try).
+    let on_disk_leg = m.leg(0).join("big");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut cached = cached_pages(&on_disk_leg);
+    while cached > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        cached = cached_pages(&on_disk_leg);
+    }
+    assert_eq!(
+        cached, 0,
+        "pages of a streamed 8 MiB file still cached on the disk leg"
+    );
+    // The mount still reads it, and both legs hold it (the tmpfs leg by a plain write).
+    assert_bytes_eq(&read_all(&m.path("big")), &big, "big through the mount");
+    assert_content_on_legs(m.legs(), "big", &big);
+
+    // 256 KiB in 8 KiB writes: the legs keep those pages.
+    let small = pattern(256 << 10, 8);
+    let mut f = File::create(m.path("small")).unwrap();
+    for chunk in small.chunks(8 << 10) {
+        f.write_all(chunk).unwrap();
+    }
+    f.sync_all().unwrap();
+    drop(f);
+    assert_eq!(
+        cached_pages(&m.leg(0).join("small")),
+        64,
+        "a file written 8 KiB at a time is cached on the disk leg"
+    );
+    assert_content_on_legs(m.legs(), "small", &small);
+
+    // A large write that ends inside a block stays cached: the next write's checksum reads
+    // that block back.
+    let odd = pattern(MIB + 100, 9);
+    fs::write(m.path("odd"), &odd).unwrap();
+    File::open(m.path("odd")).unwrap().sync_all().unwrap();
+    assert!(
+        cached_pages(&m.leg(0).join("odd")) > 0,
+        "a write that ends inside a block left the disk leg's cache"
+    );
+    assert_content_on_legs(m.legs(), "odd", &odd);
+    m.finish();
+}

@@ -17,6 +17,19 @@ use std::sync::Arc;
 /// The kernel's `__FMODE_EXEC` bit in the flags of an open made by execve.
 const FMODE_EXEC: i32 = 0o40;
 
+/// The smallest write that is streamed (see [`streamed`]).
+const STREAMED_WRITE: usize = 128 << 10;
+
+/// Whether a write of `len` bytes at `offset` is streamed to the legs, its pages left out of
+/// their page caches (`leg::LegWrites`): a large one (a copy, a download, a backup) that ends
+/// on a checksum block's boundary. A small write, or one whose last block the next write will
+/// complete, stays cached on the legs: the next write's checksum reads that block back
+/// (`checksums.rs`, `sums_for_write`), and a program that writes a little at a time rereads
+/// what it wrote.
+fn streamed(offset: u64, len: usize) -> bool {
+    len >= STREAMED_WRITE && (offset + len as u64).is_multiple_of(crate::integrity::sum::BLOCK)
+}
+
 /// Flags for a leg's own descriptor. `O_APPEND` is dropped: the kernel sends every write with
 /// its final offset, and an appending descriptor would ignore it. The kernel's internal
 /// `__FMODE_EXEC` bit is not an open flag.
@@ -304,15 +317,20 @@ impl MirrorFs {
         };
         // Errors are counted where the legs' answers are reconciled (a leg fault drops the leg
         // and counts a write error there; a caller error is no error of the leg's).
+        let streamed = streamed(offset, data.len());
         let written = match self.mirror.leg_timeout() {
             None => self
                 .mirror
                 .fan_out_file(&legs, Op::Write, Some(h.inode.ino), |leg| {
-                    let buf = match (&aligned, h.is_direct(leg)) {
-                        (Some(a), true) => a.as_slice(),
-                        _ => data,
-                    };
-                    sys::fd::pwrite_full(h.fd(leg)?.as_fd(), buf, offset)
+                    let fd = h.fd(leg)?;
+                    match (&aligned, h.is_direct(leg)) {
+                        (Some(a), true) => sys::fd::pwrite_full(fd.as_fd(), a.as_slice(), offset),
+                        _ => self
+                            .mirror
+                            .leg(leg)
+                            .writes
+                            .pwrite(fd.as_fd(), data, offset, streamed),
+                    }
                 })?,
             // Each leg's part owns a copy of the data: one that hangs past the deadline is
             // left behind, and this write goes on without it.
@@ -332,7 +350,8 @@ impl MirrorFs {
                                 }
                                 _ => {
                                     let d = plain.clone();
-                                    Box::new(move || sys::fd::pwrite_full(fd.as_fd(), &d, offset))
+                                    let w = self.mirror.leg(leg).writes.clone();
+                                    Box::new(move || w.pwrite(fd.as_fd(), &d, offset, streamed))
                                 }
                             };
                         Ok(op)

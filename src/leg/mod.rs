@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 use spec::LegSpec;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 /// Position of a leg in the leg list given at mount (its slot).
 pub type LegIdx = usize;
@@ -124,6 +124,62 @@ pub struct Leg {
     free: Mutex<FreeSpace>,
     /// Bytes that must stay free on the leg (`minfreespace`).
     pub reserve: AtomicU64,
+    /// Writes to the leg's files, and whether they may leave its page cache.
+    pub writes: LegWrites,
+}
+
+/// How data is written to a leg's files. A streamed write (see `fs/data.rs`) does not stay in
+/// the leg's page cache: the mount's own page cache holds what the kernel caches of the file,
+/// and a copy on every leg would only take memory from it. That needs `RWF_DONTCACHE` (Linux
+/// 6.14, and a filesystem that has it: ext4, xfs, btrfs); a leg that refuses it once gets
+/// plain buffered writes from then on. Cloned into operations that outlive a borrow of the leg.
+#[derive(Clone)]
+pub struct LegWrites {
+    /// The leg's filesystem has taken, or may take, `RWF_DONTCACHE` writes.
+    dontcache: std::sync::Arc<AtomicBool>,
+    leg: std::sync::Arc<str>,
+}
+
+impl LegWrites {
+    fn new(leg: &str) -> Self {
+        LegWrites {
+            dontcache: std::sync::Arc::new(AtomicBool::new(true)),
+            leg: leg.into(),
+        }
+    }
+
+    /// Writes all of `data` at `offset` through `fd`, a buffered descriptor of a file on the
+    /// leg; with `streamed`, so that its pages leave the page cache once written back, where
+    /// the leg allows it. Either way the same write as far as durability goes: dirty until
+    /// written back or fsynced.
+    pub fn pwrite(
+        &self,
+        fd: std::os::fd::BorrowedFd<'_>,
+        data: &[u8],
+        offset: u64,
+        streamed: bool,
+    ) -> Result<usize> {
+        if streamed && self.dontcache.load(Ordering::Relaxed) {
+            match sys::fd::pwrite_full_dontcache(fd, data, offset) {
+                Err(crate::errno::Errno(libc::EOPNOTSUPP)) => {
+                    if self.dontcache.swap(false, Ordering::Relaxed) {
+                        log::info!(
+                            "leg {}: its filesystem keeps written data in the page cache \
+                             (no RWF_DONTCACHE): streamed writes are cached there too",
+                            self.leg
+                        );
+                    }
+                }
+                r => return r,
+            }
+        }
+        sys::fd::pwrite_full(fd, data, offset)
+    }
+
+    /// Whether streamed writes still try `RWF_DONTCACHE` on this leg.
+    pub fn uncached(&self) -> bool {
+        self.dontcache.load(Ordering::Relaxed)
+    }
 }
 
 /// A cached `statvfs` of the leg.
@@ -288,6 +344,7 @@ impl Leg {
                 avail: 0,
             }),
             reserve: AtomicU64::new(0),
+            writes: LegWrites::new(&spec.name_at(idx)),
         }
     }
 

@@ -297,6 +297,28 @@ pub fn pwrite_full(fd: BorrowedFd<'_>, data: &[u8], offset: u64) -> Result<usize
     Ok(done)
 }
 
+/// `RWF_DONTCACHE` (Linux 6.14, `include/uapi/linux/fs.h`): a buffered write whose pages the
+/// kernel writes back at once and drops from the page cache when that is done.
+const RWF_DONTCACHE: u32 = 0x80;
+
+/// [`pwrite_full`] with `RWF_DONTCACHE`: the data goes through the page cache as any buffered
+/// write (the same durability: dirty until written back or fsynced), but does not stay there.
+/// EOPNOTSUPP where the kernel or the filesystem cannot (then nothing was written).
+pub fn pwrite_full_dontcache(fd: BorrowedFd<'_>, data: &[u8], offset: u64) -> Result<usize> {
+    let flags = rustix::io::ReadWriteFlags::from_bits_retain(RWF_DONTCACHE);
+    let mut done = 0;
+    while done < data.len() {
+        let part = [std::io::IoSlice::new(&data[done..])];
+        match rx(rustix::io::pwritev2(fd, &part, offset + done as u64, flags)) {
+            Ok(0) => return Err(Errno::ENOSPC),
+            Ok(n) => done += n,
+            Err(Errno(libc::EINTR)) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}
+
 /// fsync, or fdatasync when `datasync`.
 pub fn fsync(fd: BorrowedFd<'_>, datasync: bool) -> Result<()> {
     match datasync {
@@ -467,6 +489,33 @@ mod tests {
         assert_eq!(kind(b"a/etc/passwd"), Err(Errno::ENOTDIR));
         assert_eq!(kind(b"a/../a"), Err(Errno::EINVAL));
         assert_eq!(kind(b"a/missing"), Err(Errno::ENOENT));
+    }
+
+    /// A write that leaves the page cache writes the same bytes; where the filesystem cannot
+    /// (tmpfs keeps every file in the page cache), it is refused and writes nothing.
+    #[test]
+    fn dontcache_writes_the_same_or_nothing() {
+        let data: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 251) as u8).collect();
+        let dir = tempfile::tempdir().unwrap();
+        let root = open_root(dir.path()).unwrap();
+        let f = create_at(root.as_fd(), c"f", libc::O_RDWR, 0o600).unwrap();
+        match pwrite_full_dontcache(f.as_fd(), &data, 4096) {
+            Ok(n) => {
+                assert_eq!(n, data.len());
+                let mut back = vec![0u8; data.len()];
+                assert_eq!(pread_full(f.as_fd(), &mut back, 4096).unwrap(), data.len());
+                assert!(back == data, "the bytes read back differ");
+            }
+            Err(e) => assert_eq!(e, Errno(libc::EOPNOTSUPP), "on {}", dir.path().display()),
+        }
+        let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+        let root = open_root(shm.path()).unwrap();
+        let f = create_at(root.as_fd(), c"f", libc::O_RDWR, 0o600).unwrap();
+        assert_eq!(
+            pwrite_full_dontcache(f.as_fd(), &data, 0),
+            Err(Errno(libc::EOPNOTSUPP))
+        );
+        assert_eq!(fstat(f.as_fd()).unwrap().st_size, 0);
     }
 
     #[test]
