@@ -252,7 +252,12 @@ impl MirrorFs {
                 // As the daemon: the listing was allowed; looking an entry up as the caller
                 // happens when the caller uses it (names are not cached when the core checks
                 // access, see `config`).
-                match self.lookup_locked(&dir, &cname, &Caller::root()) {
+                // An object the kernel knows already is found by one stat.
+                let found = match self.lookup_live(&dir, &cname) {
+                    Some(entry) => Ok(entry),
+                    None => self.lookup_locked(&dir, &cname, &Caller::root()),
+                };
+                match found {
                     Ok(entry) => entry,
                     // Gone since the listing was read: skip it.
                     Err(Errno::ENOENT) => continue,

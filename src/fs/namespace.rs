@@ -63,6 +63,26 @@ impl MirrorFs {
         Ok(self.claim_found(found, &quiet))
     }
 
+    /// The entry `name` in `p` when the object there is already a live inode whose descriptor
+    /// on the first leg a lookup asks is open (see [`InodeTable::claim_live`]): one `fstatat`
+    /// there instead of opening and `fstat`ing it on every leg. None: look it up.
+    pub(super) fn lookup_live(&self, p: &InodeRef, name: &CStr) -> Option<Entry> {
+        let legs = self.legs_known(p);
+        let quiet = self.mirror.quiet_among(&legs);
+        let leg = legs.into_iter().find(|l| !quiet.contains(l))?;
+        self.mirror.check_fault(leg, "lookup").ok()?;
+        let st = sys::fd::stat_at(p.fd(leg).ok()?.as_fd(), name).ok()?;
+        let id = Identity {
+            leg,
+            dev: st.st_dev,
+            ino: st.st_ino,
+        };
+        let inode = self.inodes.claim_live(&id, st.st_mode & libc::S_IFMT)?;
+        Some(Entry {
+            attr: attr::from_stat(&st, inode.ino),
+        })
+    }
+
     /// Turns per-leg `(O_PATH fd, stat)` of one object into an inode (one kernel lookup) and
     /// its entry; it is still to be found on the legs `lazy`. A leg whose object is of another
     /// type than the first leg's is dropped.

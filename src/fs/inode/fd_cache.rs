@@ -92,6 +92,15 @@ impl Inode {
         Ok(fd)
     }
 
+    /// Whether this object's descriptor on `leg` is open now (not closed by the cache, nor
+    /// still to be found on a lazy leg).
+    pub fn holds_open(&self, leg: LegIdx) -> bool {
+        self.objects
+            .get(leg)
+            .and_then(|o| o.read().clone())
+            .is_some_and(|obj| obj.fd.lock().is_some())
+    }
+
     fn object_fd(self: &Arc<Self>, obj: &Arc<LegObject>, leg: LegIdx) -> Result<Arc<OwnedFd>> {
         let mut slot = obj.fd.lock();
         if let Some(fd) = slot.as_ref() {
@@ -386,6 +395,67 @@ mod tests {
         assert!(t.cached_fds() <= 16, "{} cached", t.cached_fds());
         // And it comes back through its handle when asked for.
         assert!(sys::fd::fstat(first.fd(0).unwrap().as_fd()).is_ok());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// One leg's identity finds a live inode only while its descriptor there is open: once the
+    /// cache closed it, the leg may have given the number to another object, and only a full
+    /// claim (every leg's identity) decides. Each find counts a kernel lookup.
+    #[test]
+    fn a_live_inode_is_found_by_one_identity_only_while_its_descriptor_is_open() {
+        let dir = std::env::temp_dir().join(format!("mirrorfs-live-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let root = sys::fd::open_root(&dir).unwrap();
+        let st = sys::fd::fstat(root.as_fd()).unwrap();
+        let leg_id = |ino| Identity {
+            leg: 0,
+            dev: st.st_dev,
+            ino,
+        };
+        let t = InodeTable::new(vec![Some(root)], &[leg_id(st.st_ino)], 16);
+        if t.cache.mount_fds[0].read().is_none() {
+            std::fs::remove_dir_all(&dir).unwrap();
+            panic!("file handles are not usable here (this test needs root)");
+        }
+        let make = |n: usize| {
+            let name = std::ffi::CString::new(format!("f{n}")).unwrap();
+            std::fs::write(dir.join(format!("f{n}")), b"x").unwrap();
+            let root = t.get(ROOT_INO).unwrap().fd(0).unwrap();
+            let fd = sys::fd::open_path_at(root.as_fd(), &name).unwrap();
+            let st = sys::fd::fstat(fd.as_fd()).unwrap();
+            (
+                t.claim(&[leg_id(st.st_ino)], vec![Some(fd)], libc::S_IFREG, 0),
+                st.st_ino,
+            )
+        };
+        let (a, a_ino) = make(0);
+        let found = t.claim_live(&leg_id(a_ino), libc::S_IFREG).expect("found");
+        assert!(Arc::ptr_eq(&found, &a));
+        assert!(
+            t.claim_live(&leg_id(a_ino), libc::S_IFDIR).is_none(),
+            "another type"
+        );
+        assert!(t
+            .claim_live(&leg_id(a_ino + 1_000_000), libc::S_IFREG)
+            .is_none());
+        // Two lookups counted (the claim and the find): two forgets let it go.
+        t.forget(a.ino, 1);
+        assert!(t.get(a.ino).is_ok());
+        t.forget(a.ino, 1);
+        assert!(t.get(a.ino).is_err());
+        assert!(
+            t.claim_live(&leg_id(a_ino), libc::S_IFREG).is_none(),
+            "not live"
+        );
+        // Live, but its descriptor closed by the budget: not found by one identity.
+        let (b, b_ino) = make(1);
+        let _rest: Vec<_> = (2..40).map(make).collect();
+        assert!(
+            !b.holds_open(0),
+            "the budget closed it ({} cached)",
+            t.cached_fds()
+        );
+        assert!(t.claim_live(&leg_id(b_ino), libc::S_IFREG).is_none());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

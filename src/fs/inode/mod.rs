@@ -284,6 +284,37 @@ impl InodeTable {
             .ok_or(Errno::ESTALE)
     }
 
+    /// The live inode of the object whose identity on `id.leg` is `id`, if its descriptor
+    /// there is open, counting one kernel lookup; None otherwise (then [`claim`](Self::claim)
+    /// it). An open descriptor holds the object on its leg, so the leg cannot have given its
+    /// inode number to another object: that one leg's identity says "the same object". Once
+    /// the descriptor was closed (the cache's budget), only every leg's identity says it.
+    pub fn claim_live(&self, id: &Identity, kind: u32) -> Option<Arc<Inode>> {
+        let (ino, inode) = {
+            let inner = self.inner.lock();
+            let ino = *inner.numbers.identity.get(id)?;
+            let known = inner.numbers.known.get(&ino)?;
+            if !known.ids.contains(id) {
+                return None;
+            }
+            (ino, inner.live.get(&ino)?.inode.clone())
+        };
+        // The descriptor's lock is never taken under the table's.
+        if inode.kind != kind || !inode.holds_open(id.leg) {
+            return None;
+        }
+        let mut inner = self.inner.lock();
+        let e = inner.live.get_mut(&ino)?;
+        if !Arc::ptr_eq(&e.inode, &inode) {
+            return None;
+        }
+        e.lookups += 1;
+        if let Some(j) = self.cache.journal.get() {
+            j.lookups(ino, e.lookups);
+        }
+        Some(inode)
+    }
+
     /// The inode for an object found (or made) on the legs, counting one kernel lookup.
     /// `ids` are its identities on the legs it was found on; `lazy` (bits) the legs it was
     /// not looked for on, where it is found at first use (a quiet leg).
