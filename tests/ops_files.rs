@@ -766,13 +766,18 @@ fn cached_pages(p: &std::path::Path) -> usize {
 /// Large block-aligned writes are streamed: once written back, they leave the legs' page cache
 /// (RWF_DONTCACHE), which would only hold a second copy of what the mount's cache holds. Small
 /// writes stay cached on the legs. A leg whose filesystem cannot (tmpfs) gets the same data
-/// by a plain write.
+/// by a plain write. The same with `leg_timeout`, whose writes run on owned copies.
 #[test]
 fn streamed_writes_leave_the_legs_page_cache() {
     require_fuse!();
+    streamed_writes_with(&[]);
+    streamed_writes_with(&["leg_timeout=30"]);
+}
+
+fn streamed_writes_with(options: &[&str]) {
     let mut dirs = TestDirs::new(2);
     dirs.mount_tmpfs_leg(1, "64m");
-    let m = TestMirror::new(2).with_dirs(dirs).mount();
+    let m = TestMirror::new(2).with_dirs(dirs).options(options).mount();
 
     // 8 MiB in 1 MiB writes, then fsync: every page written back.
     let big = pattern(8 * MIB, 7);
@@ -793,7 +798,7 @@ fn streamed_writes_leave_the_legs_page_cache() {
     }
     assert_eq!(
         cached, 0,
-        "pages of a streamed 8 MiB file still cached on the disk leg"
+        "pages of a streamed 8 MiB file still cached on the disk leg ({options:?})"
     );
     // The mount still reads it, and both legs hold it (the tmpfs leg by a plain write).
     assert_bytes_eq(&read_all(&m.path("big")), &big, "big through the mount");

@@ -307,36 +307,71 @@ mod tests {
     use super::super::{Identity, InodeTable, ROOT_INO};
     use super::*;
 
-    #[test]
-    fn tidying_lets_go_of_forgotten_inodes() {
-        // A real leg (a temporary directory), so that descriptors are reopenable by handle
-        // and queued for eviction (root, for open_by_handle_at).
-        let dir = std::env::temp_dir().join(format!("mirrorfs-tidy-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let root = sys::fd::open_root(&dir).unwrap();
-        let root_st = sys::fd::fstat(root.as_fd()).unwrap();
-        let leg_id = |ino| Identity {
-            leg: 0,
-            dev: root_st.st_dev,
-            ino,
-        };
-        let t = InodeTable::new(vec![Some(root)], &[leg_id(root_st.st_ino)], 1000);
-        if t.cache.mount_fds[0].read().is_none() {
-            std::fs::remove_dir_all(&dir).unwrap();
-            panic!("file handles are not usable here (this test needs root)");
+    /// A table over one real leg (a temporary directory), so that descriptors are reopenable
+    /// by handle and queued for eviction (root, for open_by_handle_at).
+    struct RealLeg {
+        dir: std::path::PathBuf,
+        dev: u64,
+        t: InodeTable,
+    }
+
+    impl RealLeg {
+        fn new(tag: &str, budget: usize) -> RealLeg {
+            let dir = std::env::temp_dir().join(format!("mirrorfs-{tag}-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let root = sys::fd::open_root(&dir).unwrap();
+            let st = sys::fd::fstat(root.as_fd()).unwrap();
+            let root_id = Identity {
+                leg: 0,
+                dev: st.st_dev,
+                ino: st.st_ino,
+            };
+            let t = InodeTable::new(vec![Some(root)], &[root_id], budget);
+            let leg = RealLeg {
+                dir,
+                dev: st.st_dev,
+                t,
+            };
+            assert!(
+                leg.t.cache.mount_fds[0].read().is_some(),
+                "file handles are not usable here (this test needs root)"
+            );
+            leg
         }
-        let mut inos = Vec::new();
-        for n in 0..50 {
+
+        fn id(&self, ino: u64) -> Identity {
+            Identity {
+                leg: 0,
+                dev: self.dev,
+                ino,
+            }
+        }
+
+        /// Creates the file `f<n>` and claims it: its inode and its backing inode number.
+        fn make(&self, n: usize) -> (Arc<Inode>, u64) {
             let name = std::ffi::CString::new(format!("f{n}")).unwrap();
-            std::fs::write(dir.join(format!("f{n}")), b"x").unwrap();
-            let root = t.get(ROOT_INO).unwrap().fd(0).unwrap();
+            std::fs::write(self.dir.join(format!("f{n}")), b"x").unwrap();
+            let root = self.t.get(ROOT_INO).unwrap().fd(0).unwrap();
             let fd = sys::fd::open_path_at(root.as_fd(), &name).unwrap();
             let st = sys::fd::fstat(fd.as_fd()).unwrap();
-            inos.push(
-                t.claim(&[leg_id(st.st_ino)], vec![Some(fd)], libc::S_IFREG, 0)
-                    .ino,
-            );
+            let inode = self
+                .t
+                .claim(&[self.id(st.st_ino)], vec![Some(fd)], libc::S_IFREG, 0);
+            (inode, st.st_ino)
         }
+    }
+
+    impl Drop for RealLeg {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    #[test]
+    fn tidying_lets_go_of_forgotten_inodes() {
+        let leg = RealLeg::new("tidy", 1000);
+        let t = &leg.t;
+        let inos: Vec<u64> = (0..50).map(|n| leg.make(n).0.ino).collect();
         assert_eq!(t.cache.queued(), 50);
         for ino in inos {
             t.forget(ino, 1);
@@ -345,57 +380,29 @@ mod tests {
         assert_eq!(t.cache.queued(), 50);
         t.tidy();
         assert_eq!(t.cache.queued(), 0);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn a_descriptor_kept_open_by_a_file_waits_its_turn_and_closes_later() {
-        // A real leg (a temporary directory), so that descriptors are reopenable by handle.
-        let dir = std::env::temp_dir().join(format!("mirrorfs-turn-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let root = sys::fd::open_root(&dir).unwrap();
-        let st = sys::fd::fstat(root.as_fd()).unwrap();
-        let leg_id = |ino| Identity {
-            leg: 0,
-            dev: st.st_dev,
-            ino,
-        };
-        let t = InodeTable::new(vec![Some(root)], &[leg_id(st.st_ino)], 16);
-        if t.cache.mount_fds[0].read().is_none() {
-            std::fs::remove_dir_all(&dir).unwrap();
-            panic!("file handles are not usable here (this test needs root)");
-        }
-        let make = |n: usize| {
-            let name = std::ffi::CString::new(format!("f{n}")).unwrap();
-            std::fs::write(dir.join(format!("f{n}")), b"x").unwrap();
-            let root = t.get(ROOT_INO).unwrap().fd(0).unwrap();
-            let fd = sys::fd::open_path_at(root.as_fd(), &name).unwrap();
-            let st = sys::fd::fstat(fd.as_fd()).unwrap();
-            t.claim(&[leg_id(st.st_ino)], vec![Some(fd)], libc::S_IFREG, 0)
-        };
-        let is_open = |i: &Arc<Inode>| {
-            i.objects[0]
-                .read()
-                .as_ref()
-                .is_some_and(|o| o.fd.lock().is_some())
-        };
+        let leg = RealLeg::new("turn", 16);
+        let t = &leg.t;
+        let make = |n| leg.make(n).0;
         let first = make(0);
         first.file_opened();
         let mut rest: Vec<_> = (1..40).map(make).collect();
         // Its file is open: it stays, the others go in its place.
-        assert!(is_open(&first));
+        assert!(first.holds_open(0));
         assert!(t.cached_fds() <= 16, "{} cached", t.cached_fds());
         first.file_closed();
         // Closed, it goes when its turn comes again (it was not dropped from the order).
         rest.extend((40..80).map(make));
         assert!(
-            !is_open(&first),
+            !first.holds_open(0),
             "the descriptor stayed open past the budget"
         );
         assert!(t.cached_fds() <= 16, "{} cached", t.cached_fds());
         // And it comes back through its handle when asked for.
         assert!(sys::fd::fstat(first.fd(0).unwrap().as_fd()).is_ok());
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// One leg's identity finds a live inode only while its descriptor there is open: once the
@@ -403,31 +410,10 @@ mod tests {
     /// claim (every leg's identity) decides. Each find counts a kernel lookup.
     #[test]
     fn a_live_inode_is_found_by_one_identity_only_while_its_descriptor_is_open() {
-        let dir = std::env::temp_dir().join(format!("mirrorfs-live-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let root = sys::fd::open_root(&dir).unwrap();
-        let st = sys::fd::fstat(root.as_fd()).unwrap();
-        let leg_id = |ino| Identity {
-            leg: 0,
-            dev: st.st_dev,
-            ino,
-        };
-        let t = InodeTable::new(vec![Some(root)], &[leg_id(st.st_ino)], 16);
-        if t.cache.mount_fds[0].read().is_none() {
-            std::fs::remove_dir_all(&dir).unwrap();
-            panic!("file handles are not usable here (this test needs root)");
-        }
-        let make = |n: usize| {
-            let name = std::ffi::CString::new(format!("f{n}")).unwrap();
-            std::fs::write(dir.join(format!("f{n}")), b"x").unwrap();
-            let root = t.get(ROOT_INO).unwrap().fd(0).unwrap();
-            let fd = sys::fd::open_path_at(root.as_fd(), &name).unwrap();
-            let st = sys::fd::fstat(fd.as_fd()).unwrap();
-            (
-                t.claim(&[leg_id(st.st_ino)], vec![Some(fd)], libc::S_IFREG, 0),
-                st.st_ino,
-            )
-        };
+        let leg = RealLeg::new("live", 16);
+        let t = &leg.t;
+        let make = |n| leg.make(n);
+        let leg_id = |ino| leg.id(ino);
         let (a, a_ino) = make(0);
         let found = t.claim_live(&leg_id(a_ino), libc::S_IFREG).expect("found");
         assert!(Arc::ptr_eq(&found, &a));
@@ -456,7 +442,6 @@ mod tests {
             t.cached_fds()
         );
         assert!(t.claim_live(&leg_id(b_ino), libc::S_IFREG).is_none());
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// State the table should hold and does not (no object on a leg, and none to look for;
