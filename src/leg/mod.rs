@@ -175,11 +175,6 @@ impl LegWrites {
         }
         sys::fd::pwrite_full(fd, data, offset)
     }
-
-    /// Whether streamed writes still try `RWF_DONTCACHE` on this leg.
-    pub fn uncached(&self) -> bool {
-        self.dontcache.load(Ordering::Relaxed)
-    }
 }
 
 /// A cached `statvfs` of the leg.
