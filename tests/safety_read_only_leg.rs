@@ -12,6 +12,7 @@ mod common;
 use common::*;
 use mirrorfs::stats::{LegState, MountState};
 use std::fs::{self, File};
+use std::io::Write;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -240,4 +241,49 @@ fn injected_erofs_during_fio_verify() {
     assert_legs_identical(m.legs());
     fio_verifies_on(m.leg(0), &logs, "leg0");
     fio_verifies_on(m.leg(1), &logs, "leg1");
+}
+
+/// Streamed writes (1 MiB each, which go to the legs with `RWF_DONTCACHE`) while leg1's ext4
+/// goes read-only halfway, for real: every write succeeds, leg1 is dropped with a write error
+/// counted, and leg0 holds the whole file, as after any write a leg fails.
+#[test]
+fn a_leg_goes_read_only_during_streamed_writes() {
+    require_fuse!();
+    require_tool!("getfattr");
+    require_tool!("mkfs.ext4");
+    let ext4 = Ext4Leg::new(256 * MIB as u64);
+    let mut dirs = TestDirs::new(2);
+    dirs.legs[1] = ext4.mnt.clone();
+    let mut m = TestMirror::new(2).with_dirs(dirs).mount();
+    let data = pattern(16 * MIB, 11);
+    let mut f = File::create(m.path("big")).unwrap();
+    for (i, chunk) in data.chunks(MIB).enumerate() {
+        if i == 8 {
+            f.sync_all().unwrap();
+            assert!(stats(m.mnt()).legs[1].write_bytes >= 8 * MIB as u64);
+            ext4.go_read_only();
+        }
+        f.write_all(chunk)
+            .unwrap_or_else(|e| panic!("write {i} while leg1 fails: {e}"));
+    }
+    f.sync_all().expect("fsync after leg1 failed");
+    drop(f);
+    let st = stats(m.mnt());
+    assert_eq!((st.state, st.legs_online), (MountState::Degraded, 1));
+    assert_eq!(st.legs[0].state, LegState::InSync);
+    assert_eq!(st.legs[1].state, LegState::Failed);
+    assert!(st.legs[1].write_errors >= 1, "{:?}", st.legs[1]);
+    assert_bytes_eq(
+        &fs::read(m.path("big")).unwrap(),
+        &data,
+        "big through the mount",
+    );
+    m.unmount();
+    assert_bytes_eq(
+        &read_direct(&m.leg(0).join("big"), MIB),
+        &data,
+        "big on leg0",
+    );
+    drop(m);
+    drop(ext4);
 }

@@ -322,15 +322,12 @@ impl MirrorFs {
             None => self
                 .mirror
                 .fan_out_file(&legs, Op::Write, Some(h.inode.ino), |leg| {
-                    let fd = h.fd(leg)?;
-                    match (&aligned, h.is_direct(leg)) {
-                        (Some(a), true) => sys::fd::pwrite_full(fd.as_fd(), a.as_slice(), offset),
-                        _ => self
-                            .mirror
-                            .leg(leg)
-                            .writes
-                            .pwrite(fd.as_fd(), data, offset, streamed),
-                    }
+                    let (buf, direct) = match (&aligned, h.is_direct(leg)) {
+                        (Some(a), true) => (a.as_slice(), true),
+                        _ => (data, false),
+                    };
+                    let writes = &self.mirror.leg(leg).writes;
+                    writes.pwrite(h.fd(leg)?.as_fd(), buf, offset, streamed && !direct)
                 })?,
             // Each leg's part owns a copy of the data: one that hangs past the deadline is
             // left behind, and this write goes on without it.

@@ -39,9 +39,7 @@ impl MirrorFs {
         name: &CStr,
         caller: &Caller,
     ) -> Result<Entry> {
-        let mut legs = self.legs_known(p);
-        let quiet = self.mirror.quiet_among(&legs);
-        legs.retain(|l| !quiet.contains(l));
+        let (legs, quiet) = self.lookup_legs(p);
         let results = legs
             .iter()
             .map(|&leg| {
@@ -63,13 +61,20 @@ impl MirrorFs {
         Ok(self.claim_found(found, &quiet))
     }
 
+    /// The legs a lookup in `p` asks (its in-sync legs, less the quiet ones), and the quiet
+    /// ones, where the object is found at first use.
+    fn lookup_legs(&self, p: &InodeRef) -> (Vec<LegIdx>, Vec<LegIdx>) {
+        let mut legs = self.legs_known(p);
+        let quiet = self.mirror.quiet_among(&legs);
+        legs.retain(|l| !quiet.contains(l));
+        (legs, quiet)
+    }
+
     /// The entry `name` in `p` when the object there is already a live inode whose descriptor
     /// on the first leg a lookup asks is open (see [`InodeTable::claim_live`]): one `fstatat`
     /// there instead of opening and `fstat`ing it on every leg. None: look it up.
     pub(super) fn lookup_live(&self, p: &InodeRef, name: &CStr) -> Option<Entry> {
-        let legs = self.legs_known(p);
-        let quiet = self.mirror.quiet_among(&legs);
-        let leg = legs.into_iter().find(|l| !quiet.contains(l))?;
+        let leg = *self.lookup_legs(p).0.first()?;
         self.mirror.check_fault(leg, "lookup").ok()?;
         let st = sys::fd::stat_at(p.fd(leg).ok()?.as_fd(), name).ok()?;
         let id = Identity {

@@ -299,9 +299,21 @@ pub fn pread_full(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> Result<usi
 
 /// Writes all of `data` at `offset` (a short write is retried; a stuck one is ENOSPC).
 pub fn pwrite_full(fd: BorrowedFd<'_>, data: &[u8], offset: u64) -> Result<usize> {
+    write_all_at(data, offset, |part, at| {
+        rx(rustix::io::pwrite(fd, part, at))
+    })
+}
+
+/// Writes all of `data` at `offset` with `write(part, at)`: a short write is retried, EINTR
+/// too, and a write of nothing is ENOSPC.
+fn write_all_at(
+    data: &[u8],
+    offset: u64,
+    mut write: impl FnMut(&[u8], u64) -> Result<usize>,
+) -> Result<usize> {
     let mut done = 0;
     while done < data.len() {
-        match rx(rustix::io::pwrite(fd, &data[done..], offset + done as u64)) {
+        match write(&data[done..], offset + done as u64) {
             Ok(0) => return Err(Errno::ENOSPC),
             Ok(n) => done += n,
             Err(Errno(libc::EINTR)) => continue,
@@ -320,17 +332,14 @@ const RWF_DONTCACHE: u32 = 0x80;
 /// EOPNOTSUPP where the kernel or the filesystem cannot (then nothing was written).
 pub fn pwrite_full_dontcache(fd: BorrowedFd<'_>, data: &[u8], offset: u64) -> Result<usize> {
     let flags = rustix::io::ReadWriteFlags::from_bits_retain(RWF_DONTCACHE);
-    let mut done = 0;
-    while done < data.len() {
-        let part = [std::io::IoSlice::new(&data[done..])];
-        match rx(rustix::io::pwritev2(fd, &part, offset + done as u64, flags)) {
-            Ok(0) => return Err(Errno::ENOSPC),
-            Ok(n) => done += n,
-            Err(Errno(libc::EINTR)) => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(done)
+    write_all_at(data, offset, |part, at| {
+        rx(rustix::io::pwritev2(
+            fd,
+            &[std::io::IoSlice::new(part)],
+            at,
+            flags,
+        ))
+    })
 }
 
 /// fsync, or fdatasync when `datasync`.
@@ -503,6 +512,33 @@ mod tests {
         assert_eq!(kind(b"a/etc/passwd"), Err(Errno::ENOTDIR));
         assert_eq!(kind(b"a/../a"), Err(Errno::EINVAL));
         assert_eq!(kind(b"a/missing"), Err(Errno::ENOENT));
+    }
+
+    /// `stat_at` is the `fstat` of what `open_path_at` opens: a symlink itself, never its
+    /// target, and one name only (a path would follow the symlinks on its way).
+    #[test]
+    fn stat_at_is_one_name_and_never_follows() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("d")).unwrap();
+        std::fs::write(dir.path().join("d/f"), b"x").unwrap();
+        std::os::unix::fs::symlink("d", dir.path().join("l")).unwrap();
+        let root = open_root(dir.path()).unwrap();
+        for name in [c"d", c"l"] {
+            let opened = fstat(open_path_at(root.as_fd(), name).unwrap().as_fd()).unwrap();
+            let st = stat_at(root.as_fd(), name).unwrap();
+            assert_eq!(
+                (st.st_dev, st.st_ino, st.st_mode),
+                (opened.st_dev, opened.st_ino, opened.st_mode)
+            );
+        }
+        assert_eq!(
+            stat_at(root.as_fd(), c"l").unwrap().st_mode & libc::S_IFMT,
+            libc::S_IFLNK
+        );
+        assert_eq!(stat_at(root.as_fd(), c"l/f").err(), Some(Errno::EINVAL));
+        assert_eq!(stat_at(root.as_fd(), c"d/f").err(), Some(Errno::EINVAL));
+        assert_eq!(stat_at(root.as_fd(), c"").err(), Some(Errno::EINVAL));
+        assert_eq!(stat_at(root.as_fd(), c"missing").err(), Some(Errno::ENOENT));
     }
 
     /// A write that leaves the page cache writes the same bytes; where the filesystem cannot

@@ -308,11 +308,16 @@ impl InodeTable {
         if !Arc::ptr_eq(&e.inode, &inode) {
             return None;
         }
+        self.looked_up(ino, e);
+        Some(inode)
+    }
+
+    /// Counts one more kernel lookup of the live inode `ino` (and says so in the session log).
+    fn looked_up(&self, ino: u64, e: &mut Entry) {
         e.lookups += 1;
         if let Some(j) = self.cache.journal.get() {
             j.lookups(ino, e.lookups);
         }
-        Some(inode)
     }
 
     /// The inode for an object found (or made) on the legs, counting one kernel lookup.
@@ -344,10 +349,7 @@ impl InodeTable {
                 .is_some_and(|have| ids.iter().all(|id| have.ids.contains(id)));
             match inner.live.get_mut(&ino) {
                 Some(e) if same && e.inode.kind == kind => {
-                    e.lookups += 1;
-                    if let Some(j) = self.cache.journal.get() {
-                        j.lookups(ino, e.lookups);
-                    }
+                    self.looked_up(ino, e);
                     return e.inode.clone();
                 }
                 Some(_) => {}
