@@ -3,11 +3,13 @@
 //!
 //! Two (and three) legs, each a real ext4 on a loop device over a cache disk
 //! (`mirrorfs-cachedisk`, keep-fraction 0.5: a disk keeps a seeded random half of its
-//! unflushed blocks). Five workloads run on the mirror at once, each recording outside the
+//! unflushed blocks). Seven workloads run on the mirror at once, each recording outside the
 //! disks what was acknowledged as durable (`tests/workloads/power_cut.py`): an appender that
 //! fsyncs each record, random block writes with an fdatasync after every 8 (fio's random
 //! writes with --verify and --fsync, with the record of what was acknowledged that fio does
-//! not keep), sqlite in WAL mode, `git commit` in a loop, and the write-fsync-rename pattern.
+//! not keep), 1 MiB writes that mirrorfs streams to the legs (`RWF_DONTCACHE`) with an
+//! fdatasync after every 2, sqlite in WAL mode, `git commit` in a loop, the
+//! write-fsync-rename pattern, and a scribbler that never syncs.
 //!
 //! The cut, at a seeded random moment: one control file cuts every disk at the same instant,
 //! and the workloads and the daemon are killed. The loop devices and the disks go; the power
@@ -36,7 +38,15 @@ use std::process::{Child, Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-const KINDS: &[&str] = &["append", "randwrite", "sqlite", "git", "rename", "scribble"];
+const KINDS: &[&str] = &[
+    "append",
+    "randwrite",
+    "stream",
+    "sqlite",
+    "git",
+    "rename",
+    "scribble",
+];
 const IMAGE_SIZE: u64 = 256 << 20;
 
 fn script() -> PathBuf {

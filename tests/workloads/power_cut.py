@@ -29,6 +29,10 @@ KIND:
            random writes with --verify and --fsync, with a record of what was acknowledged):
            each block holds one whole version of itself, not older than its last
            acknowledged one.
+  stream   1 MiB writes in turn over a 2 MiB file, an fdatasync after every 2 (mirrorfs
+           sends writes of 128 KiB and more to the legs with RWF_DONTCACHE): each 4 KiB
+           block holds one whole version of its 1 MiB write, not older than the last
+           acknowledged one (a write cut halfway may leave some of its blocks new).
   scribble writes, truncates and renames without any fsync, and acknowledges nothing: its
            files read back without an error (and the test's scrub finds the legs identical).
 
@@ -350,6 +354,79 @@ def check_randwrite(d, acks):
     return n_acked, lost
 
 
+# ------------------------------------------------------------------------------ stream
+
+CHUNKS = 2
+CHUNK_BLOCKS = 256  # 1 MiB
+
+
+def chunk_version(c, g):
+    return b"".join(block_version(c * CHUNK_BLOCKS + i, g) for i in range(CHUNK_BLOCKS))
+
+
+def run_stream(d, acks_fd):
+    """Large buffered writes: the mount's writeback sends them on as writes of up to 1 MiB,
+    which mirrorfs streams to the legs without keeping them in the legs' page caches."""
+    path = os.path.join(d, "stream")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    os.ftruncate(fd, CHUNKS * CHUNK_BLOCKS * BLOCK)
+    os.fsync(fd)
+    dfd = os.open(d, os.O_RDONLY)
+    os.fsync(dfd)
+    gen = [0] * CHUNKS
+    pending = []
+    c = 0
+    while True:
+        gen[c] += 1
+        # Logged before it is made, as randwrite's: the check must know what may be there.
+        os.write(acks_fd, f"w {c} {gen[c]}\n".encode())
+        os.pwrite(fd, chunk_version(c, gen[c]), c * CHUNK_BLOCKS * BLOCK)
+        pending.append((c, gen[c]))
+        c = (c + 1) % CHUNKS
+        if len(pending) == 2:
+            os.fdatasync(fd)
+            os.write(acks_fd, ("".join(f"a {x} {g}\n" for x, g in pending)).encode())
+            pending = []
+            pace()
+
+
+def check_stream(d, acks):
+    written = {}
+    acked = {}
+    n_acked = 0
+    for line in acks:
+        parts = line.split()
+        if len(parts) != 3:
+            continue
+        kind, c, g = parts[0], int(parts[1]), int(parts[2])
+        if kind == "w":
+            written[c] = g
+        elif kind == "a":
+            acked[c] = max(acked.get(c, 0), g)
+            n_acked += 1
+    path = os.path.join(d, "stream")
+    if not os.path.exists(path):
+        return n_acked, (1 if n_acked else 0)
+    with open(path, "rb") as f:
+        data = f.read()
+    lost = 0
+    for b in range(CHUNKS * CHUNK_BLOCKS):
+        c = b // CHUNK_BLOCKS
+        got = data[b * BLOCK : (b + 1) * BLOCK]
+        low, high = acked.get(c, 0), written.get(c, 0)
+        if low == 0 and got == b"\0" * BLOCK:
+            continue
+        try:
+            g = int(got.split(b"\n", 1)[0].decode().split(" ")[3])
+        except (UnicodeDecodeError, IndexError, ValueError):
+            g = -1
+        if g < 0 or got != block_version(b, g) or g < low or g > high:
+            print(f"stream: block {b} holds {got[:30]!r}: acknowledged {low}, written {high}",
+                  file=sys.stderr)
+            lost += 1
+    return n_acked, lost
+
+
 # ------------------------------------------------------------------------------ scribble
 
 
@@ -394,9 +471,10 @@ def check_scribble(d, acks):
 
 
 RUN = {"append": run_append, "rename": run_rename, "sqlite": run_sqlite, "git": run_git,
-       "randwrite": run_randwrite, "scribble": run_scribble}
+       "randwrite": run_randwrite, "stream": run_stream, "scribble": run_scribble}
 CHECK = {"append": check_append, "rename": check_rename, "sqlite": check_sqlite,
-         "git": check_git, "randwrite": check_randwrite, "scribble": check_scribble}
+         "git": check_git, "randwrite": check_randwrite, "stream": check_stream,
+         "scribble": check_scribble}
 
 
 def check_all(mnt, acks_dir, last_round, kinds):
