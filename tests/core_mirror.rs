@@ -858,6 +858,67 @@ fn a_read_in_two_halves_gives_what_the_blocking_read_gives() {
     fs.release(fh).unwrap();
 }
 
+/// A read given memory to fill (the io_uring reader lends its ring entry's payload) reads its
+/// legs straight into it: the pieces land where the answer's bytes go, and the answer says the
+/// data is in place, with nothing to copy. A read widened to whole blocks for its checksums
+/// gets buffers of its own; either way the bytes are the blocking read's.
+#[test]
+fn a_read_into_lent_memory_lands_in_place() {
+    use mirrorfs::fs::ReadStart;
+    use mirrorfs::sys::aligned::{AlignedBuf, Lent};
+    let l = legs(2);
+    let fs = open_fs_with(&l, Box::new(Alternate));
+    let data: Vec<u8> = (0..40000u32).map(|i| (i % 251) as u8).collect();
+    let (_, fh) = new_file(&fs, "f", &data, &me());
+    let mut mem = AlignedBuf::new(64 << 10);
+    let base = mem.as_mut_slice().as_mut_ptr();
+    // (offset, size, whether it lands in place): three 4 KiB pieces on alternating legs, the
+    // last read short at the end of the file, and one widened for its checksums.
+    for (offset, size, in_place) in [
+        (8192u64, 12288u32, true),
+        (36864, 12288, true),
+        (100, 5000, false),
+    ] {
+        // SAFETY: `mem` outlives the read and is not touched while the window lives.
+        let lent = unsafe { Lent::new(std::ptr::NonNull::new(base).unwrap(), 64 << 10) };
+        let ReadStart::Legs(mut p) = fs.read_start_into(fh, offset, size, 1, Some(lent)) else {
+            panic!("a read of {size} at {offset} was not routed to its legs");
+        };
+        assert!(
+            !in_place || p.reads.len() > 1,
+            "a read of {size} at {offset}: not split"
+        );
+        let got = run_leg_reads(&mut p);
+        let r = fs
+            .read_end(p, &got)
+            .expect("a clean read is answered")
+            .unwrap();
+        let end = (offset as usize + size as usize).min(data.len());
+        let want = &data[offset as usize..end];
+        assert_eq!(r.as_slice(), want, "read of {size} at {offset}");
+        match in_place {
+            true => {
+                assert_eq!(r.in_place(), Some((base as usize, want.len())));
+                drop(r);
+                assert_eq!(&mem.as_slice()[..want.len()], want);
+            }
+            false => assert_eq!(r.in_place(), None),
+        }
+        assert_eq!(inflight(&fs), vec![0, 0]);
+    }
+    // Lent memory too small for the read: buffers of its own.
+    // SAFETY: as above.
+    let small = unsafe { Lent::new(std::ptr::NonNull::new(base).unwrap(), 4096) };
+    let ReadStart::Legs(mut p) = fs.read_start_into(fh, 0, 12288, 1, Some(small)) else {
+        panic!("not routed");
+    };
+    let got = run_leg_reads(&mut p);
+    let r = fs.read_end(p, &got).unwrap().unwrap();
+    assert_eq!(r.in_place(), None);
+    assert_eq!(r.as_slice(), &data[..12288]);
+    fs.release(fh).unwrap();
+}
+
 /// A leg read that failed, or a copy that does not match its checksums, is never answered by
 /// the second half: it goes back to the blocking read, which asks the other leg and repairs.
 #[test]

@@ -23,7 +23,7 @@ use crate::mirror::Op;
 use crate::policy::stream::StreamId;
 use crate::policy::{ReadPlan, ReadRequest};
 use crate::sys;
-use crate::sys::aligned::AlignedBuf;
+use crate::sys::aligned::{AlignedBuf, Lent};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -32,6 +32,9 @@ use std::sync::Arc;
 pub enum ReadData {
     Plain(Vec<u8>),
     Aligned(AlignedBuf, usize),
+    /// The first `n` bytes of memory the caller lent ([`MirrorFs::read_start_into`]): the
+    /// data is already where the caller wants it.
+    Lent(Lent, usize),
 }
 
 impl crate::mirror::ReadLen for ReadData {
@@ -45,6 +48,16 @@ impl ReadData {
         match self {
             ReadData::Plain(v) => v,
             ReadData::Aligned(b, n) => &b.as_slice()[..*n],
+            ReadData::Lent(w, n) => &w.as_slice()[..*n],
+        }
+    }
+
+    /// Where the data starts when it was read into lent memory, and how long it is; the
+    /// caller then has nothing to copy.
+    pub fn in_place(&self) -> Option<(usize, usize)> {
+        match self {
+            ReadData::Lent(w, n) => Some((w.addr(), *n)),
+            _ => None,
         }
     }
 }
@@ -69,6 +82,9 @@ fn joined(mut pieces: Vec<ReadData>, wanted: &[u32], s: &ReadSetup) -> ReadData 
         let data = pieces.pop().expect("one piece");
         return cut(data, offset, want_offset, want_size);
     }
+    if let Some(whole) = joined_in_place(&pieces, wanted) {
+        return cut(whole, offset, want_offset, want_size);
+    }
     let mut out = Vec::with_capacity(s.req.size as usize);
     for (p, want) in pieces.iter().zip(wanted) {
         out.extend_from_slice(p.as_slice());
@@ -77,6 +93,28 @@ fn joined(mut pieces: Vec<ReadData>, wanted: &[u32], s: &ReadSetup) -> ReadData 
         }
     }
     cut(ReadData::Plain(out), offset, want_offset, want_size)
+}
+
+/// Pieces read into consecutive windows of lent memory are already joined: the whole, up to
+/// the first short piece, as one window. `None` when any piece has a buffer of its own.
+fn joined_in_place(pieces: &[ReadData], wanted: &[u32]) -> Option<ReadData> {
+    let mut whole: Option<Lent> = None;
+    for (p, want) in pieces.iter().zip(wanted) {
+        let ReadData::Lent(w, n) = p else {
+            return None;
+        };
+        let got = w.cut(0, *n);
+        whole = Some(match whole {
+            None => got,
+            Some(so_far) => so_far.joined_with(&got)?,
+        });
+        if *n < *want as usize {
+            break;
+        }
+    }
+    let whole = whole?;
+    let n = whole.len();
+    Some(ReadData::Lent(whole, n))
 }
 
 /// What every read does before it reaches a leg.
@@ -129,6 +167,7 @@ impl LegRead {
         let buf = match &mut self.buf {
             ReadData::Plain(v) => v.as_mut_slice(),
             ReadData::Aligned(b, _) => b.as_mut_slice(),
+            ReadData::Lent(w, _) => w.as_mut_slice(),
         };
         (self.fd.as_fd(), buf, self.offset)
     }
@@ -143,6 +182,10 @@ impl LegRead {
             ReadData::Aligned(b, _) => {
                 let n = n.min(b.as_slice().len());
                 ReadData::Aligned(b, n)
+            }
+            ReadData::Lent(w, _) => {
+                let n = n.min(w.len());
+                ReadData::Lent(w, n)
             }
         }
     }
@@ -328,6 +371,21 @@ impl MirrorFs {
     /// The first half of [`read`](Self::read), for a caller that runs the legs' reads itself:
     /// routed and counted as that would, with a buffer for each leg read.
     pub fn read_start(&self, fh: u64, offset: u64, size: u32, pid: u32) -> ReadStart {
+        self.read_start_into(fh, offset, size, pid, None)
+    }
+
+    /// [`read_start`](Self::read_start), with memory the caller lends for the answer: a leg
+    /// read whose bytes are all the caller's (not widened to whole blocks for the checksums)
+    /// is read straight into its place there, where `O_DIRECT` allows, so that nothing is
+    /// copied on the way ([`ReadData::in_place`]). Any other piece gets a buffer of its own.
+    pub fn read_start_into(
+        &self,
+        fh: u64,
+        offset: u64,
+        size: u32,
+        pid: u32,
+        into: Option<Lent>,
+    ) -> ReadStart {
         if self.mirror.leg_timeout().is_some() || self.mirror.faults_injected() {
             return ReadStart::Blocking;
         }
@@ -345,14 +403,28 @@ impl MirrorFs {
         s.h.streams
             .lock()
             .record(s.stream_id, routed.plan(), s.req.size, s.req.now_us);
+        // Lent memory takes only the caller's own bytes, all of them.
+        let into = into.filter(|w| {
+            s.req.offset == s.want_offset
+                && s.req.size == s.want_size
+                && w.len() >= s.req.size as usize
+        });
         let reads: Result<Vec<LegRead>> = routed
             .pieces()
             .iter()
             .map(|p| {
                 let fd = s.h.fd(p.leg)?;
-                let buf = match fd.direct {
-                    true => ReadData::Aligned(AlignedBuf::new(p.len as usize), 0),
-                    false => ReadData::Plain(vec![0u8; p.len as usize]),
+                let lent = into.as_ref().and_then(|w| {
+                    let at = p.offset.checked_sub(s.req.offset)? as usize;
+                    let w = w.cut(at, p.len as usize);
+                    let fits = w.len() == p.len as usize
+                        && (!fd.direct || sys::aligned::is_aligned(w.as_slice(), p.offset));
+                    fits.then_some(w)
+                });
+                let buf = match (lent, fd.direct) {
+                    (Some(w), _) => ReadData::Lent(w, 0),
+                    (None, true) => ReadData::Aligned(AlignedBuf::new(p.len as usize), 0),
+                    (None, false) => ReadData::Plain(vec![0u8; p.len as usize]),
                 };
                 Ok(LegRead {
                     fd,

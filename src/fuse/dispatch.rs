@@ -13,6 +13,7 @@ use crate::fs::{
     Caller, MirrorFs, PassthroughTo, PendingRead, ReadStart, SetAttr, TimeSpec, XattrReply,
 };
 use crate::leg::LegIdx;
+use crate::sys::aligned::Lent;
 use crate::sys::fusedev::BackingId;
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
@@ -261,8 +262,9 @@ impl MirrorFuse {
     }
 
     /// Starts a READ for a transport that runs the legs' reads itself (the core's
-    /// [`MirrorFs::read_start`]); any other request is [`ReadBegun::Blocking`].
-    pub fn read_begin(&self, h: &abi::InHeader, op: Op<'_>) -> ReadBegun {
+    /// [`MirrorFs::read_start_into`], which reads what it can straight into `into`, the
+    /// memory the answer goes out from); any other request is [`ReadBegun::Blocking`].
+    pub fn read_begin(&self, h: &abi::InHeader, op: Op<'_>, into: Option<Lent>) -> ReadBegun {
         if !self.allowed(h, &op) {
             self.fs.count_request();
             return ReadBegun::Answer(Answer::Error(libc::EACCES));
@@ -270,7 +272,7 @@ impl MirrorFuse {
         let Op::Read { fh, offset, size } = op else {
             return ReadBegun::Blocking;
         };
-        match self.fs.read_start(fh, offset, size, h.pid) {
+        match self.fs.read_start_into(fh, offset, size, h.pid, into) {
             ReadStart::Done(r) => {
                 self.fs.count_request();
                 ReadBegun::Answer(answer("read", r, Answer::Data))

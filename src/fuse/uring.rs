@@ -115,8 +115,30 @@ fn parts_of<'a>(slot: &'a Slot, ent: &abi::UringEntInOut) -> (&'a [u8], &'a [u8]
     (op_in, &payload[..n])
 }
 
-/// Writes `a`, the answer to the request `unique`, into `slot`.
+/// Writes `a`, the answer to the request `unique`, into `slot`. Data read into the slot's
+/// own payload (`ReadData::in_place`) is there already.
 fn write_answer(slot: &mut Slot, unique: u64, commit_id: u64, a: Answer) {
+    let in_place = match &a {
+        Answer::Data(d) => d.in_place().filter(|(at, _)| *at == slot.payload_addr()),
+        _ => None,
+    };
+    if let Some((_, sz)) = in_place {
+        // The window into the payload goes before the payload is written through `slot`.
+        let header = a.header(unique);
+        drop(a);
+        let (hdr, _) = slot.split_mut();
+        hdr[..16].copy_from_slice(header.as_bytes());
+        write_ent_out(hdr, sz, commit_id);
+        return;
+    }
+    // Never expected: data in lent memory elsewhere than at the payload's start. Copied out
+    // first, so that nothing reads the payload while it is written.
+    let a = match a {
+        Answer::Data(d) if d.in_place().is_some() => {
+            Answer::Data(crate::fs::ReadData::Plain(d.as_slice().to_vec()))
+        }
+        a => a,
+    };
     let (hdr, payload) = slot.split_mut();
     let a = match a.body().len() <= payload.len() {
         true => a,
@@ -132,6 +154,11 @@ fn write_answer(slot: &mut Slot, unique: u64, commit_id: u64, a: Answer) {
     let sz = body.len();
     payload[..sz].copy_from_slice(body);
     hdr[..16].copy_from_slice(a.header(unique).as_bytes());
+    write_ent_out(hdr, sz, commit_id);
+}
+
+/// The entry's trailer for an answer of `sz` payload bytes.
+fn write_ent_out(hdr: &mut [u8], sz: usize, commit_id: u64) {
     let ent_out = abi::UringEntInOut {
         payload_sz: sz as u32,
         commit_id,
@@ -351,8 +378,22 @@ struct Reader<'a> {
     free: Vec<usize>,
 }
 
+impl Drop for Reader<'_> {
+    fn drop(&mut self) {
+        // A READ whose leg reads are still under way when the queue ends keeps its slot for
+        // good: the kernel may still write those reads into the slot's payload.
+        for w in self.waiting.drain(..).flatten() {
+            if w.left > 0 {
+                std::mem::forget(w.slot);
+            }
+        }
+    }
+}
+
 impl Reader<'_> {
     /// A request on an entry the reader holds, or a READ handed to it.
+    // The one `unsafe` here: the slot's payload lent to the read (`Slot::lend_payload`).
+    #[allow(unsafe_code)]
     fn start(&mut self, ring: &mut FuseRing<Piece>, mut slot: Box<Slot>) -> std::io::Result<()> {
         let (h, ent) = request_of(&slot);
         if h.opcode != abi::op::READ {
@@ -364,15 +405,21 @@ impl Reader<'_> {
             match request::decode(h.opcode, op_in, payload) {
                 // The blocking way says what is malformed.
                 Err(_) => ReadBegun::Blocking,
-                Ok(op) => catch_unwind(AssertUnwindSafe(|| self.fuse.read_begin(&h, op)))
-                    .unwrap_or_else(|_| {
-                        log::error!(
-                            "the daemon panicked starting a read (node {}): answered EIO",
-                            h.nodeid
-                        );
-                        self.fuse.count_request();
-                        ReadBegun::Answer(Answer::Error(libc::EIO))
-                    }),
+                Ok(op) => catch_unwind(AssertUnwindSafe(|| {
+                    // SAFETY: the payload is not used but through the window: the slot
+                    // goes into `waiting` with the read, and out again only when its last
+                    // leg read is back (or stays there for good: see `Reader`'s drop).
+                    let into = unsafe { slot.lend_payload() };
+                    self.fuse.read_begin(&h, op, Some(into))
+                }))
+                .unwrap_or_else(|_| {
+                    log::error!(
+                        "the daemon panicked starting a read (node {}): answered EIO",
+                        h.nodeid
+                    );
+                    self.fuse.count_request();
+                    ReadBegun::Answer(Answer::Error(libc::EIO))
+                }),
             }
         };
         match begun {

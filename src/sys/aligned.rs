@@ -57,6 +57,75 @@ impl AlignedBuf {
     }
 }
 
+/// Memory a caller lends a read to fill in place (a FUSE ring entry's payload), so that the
+/// data is never copied from a buffer of the read's own into the answer.
+///
+/// A window holds no borrow: whoever makes one promises ([`Lent::new`]) that the memory stays
+/// mapped, and that nothing else reads or writes it, until every window cut from it is
+/// dropped, including while the kernel fills one.
+pub struct Lent {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: a window is a pointer to memory that no one else uses while it lives (the promise
+// of `Lent::new`); it moves between threads like the buffer it stands for.
+unsafe impl Send for Lent {}
+// SAFETY: shared access only reads.
+unsafe impl Sync for Lent {}
+
+impl Lent {
+    /// A window on the `len` bytes at `ptr`.
+    ///
+    /// # Safety
+    /// The bytes stay valid for reads and writes, and no reference to them is made or used
+    /// except through this window and those cut from it, until they are all dropped.
+    pub unsafe fn new(ptr: std::ptr::NonNull<u8>, len: usize) -> Lent {
+        Lent { ptr, len }
+    }
+
+    /// The window on `len` bytes from `from` (clipped to this one): for one piece of a read.
+    pub fn cut(&self, from: usize, len: usize) -> Lent {
+        let from = from.min(self.len);
+        Lent {
+            // SAFETY: from <= self.len, within the lent memory.
+            ptr: unsafe { self.ptr.add(from) },
+            len: len.min(self.len - from),
+        }
+    }
+
+    /// This window and `next`, when `next` starts where this one ends: one window on both.
+    pub fn joined_with(&self, next: &Lent) -> Option<Lent> {
+        (self.addr() + self.len == next.addr()).then(|| Lent {
+            ptr: self.ptr,
+            len: self.len + next.len,
+        })
+    }
+
+    /// Where the window starts.
+    pub fn addr(&self) -> usize {
+        self.ptr.as_ptr() as usize
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: valid and unaliased for `len` bytes (the promise of `new`).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as in `as_slice`, and `&mut self` makes this the only reference.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
         // SAFETY: ptr was allocated with exactly this layout.
@@ -76,6 +145,27 @@ mod tests {
         b.as_mut_slice()[9_999] = 7;
         let c = AlignedBuf::copy_of(b.as_slice());
         assert_eq!(c.as_slice()[9_999], 7);
+    }
+
+    #[test]
+    fn lent_windows_cut_within_the_memory() {
+        let mut b = AlignedBuf::new(3 * DIRECT_IO_ALIGN);
+        let base = b.as_mut_slice().as_mut_ptr();
+        // SAFETY: `b` outlives the windows and is not used while they live.
+        let w = unsafe { Lent::new(std::ptr::NonNull::new(base).unwrap(), 3 * DIRECT_IO_ALIGN) };
+        let mut a = w.cut(DIRECT_IO_ALIGN, DIRECT_IO_ALIGN);
+        assert_eq!(a.addr(), base as usize + DIRECT_IO_ALIGN);
+        assert!(is_aligned(a.as_slice(), 0));
+        a.as_mut_slice()[0] = 9;
+        assert_eq!(w.cut(2 * DIRECT_IO_ALIGN, 1 << 20).len(), DIRECT_IO_ALIGN);
+        assert!(w.cut(1 << 20, 10).is_empty());
+        let (x, y) = (w.cut(0, 100), w.cut(100, 50));
+        assert_eq!(
+            x.joined_with(&y).map(|j| (j.addr(), j.len())),
+            Some((base as usize, 150))
+        );
+        assert!(y.joined_with(&x).is_none());
+        assert_eq!(w.as_slice()[DIRECT_IO_ALIGN], 9);
     }
 
     #[test]

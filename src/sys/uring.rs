@@ -93,6 +93,22 @@ impl Slot {
         unsafe { std::slice::from_raw_parts(self.mem.as_ptr().add(PAYLOAD_AT), self.payload_len) }
     }
 
+    /// The payload as memory lent to a read that fills it in place.
+    ///
+    /// # Safety
+    /// Until the window and every window cut from it are dropped, the slot is neither
+    /// dropped nor given to the kernel, and its payload is not used but through them.
+    pub unsafe fn lend_payload(&self) -> crate::sys::aligned::Lent {
+        // SAFETY: the payload's bytes are within the mapping, which lives as long as the
+        // slot; the caller keeps everything else off them.
+        unsafe { crate::sys::aligned::Lent::new(self.mem.add(PAYLOAD_AT), self.payload_len) }
+    }
+
+    /// Where the payload starts.
+    pub fn payload_addr(&self) -> usize {
+        self.mem.as_ptr() as usize + PAYLOAD_AT
+    }
+
     /// The header and the payload at once, the header to read and the payload to write.
     pub fn split_mut(&mut self) -> (&mut [u8], &mut [u8]) {
         // SAFETY: two disjoint ranges of the mapping; `&mut self` makes them the only
