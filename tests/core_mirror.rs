@@ -1089,3 +1089,28 @@ fn a_successor_takes_over_node_ids_and_handles_from_the_session_log() {
     after.release(fh).unwrap();
     let _ = b;
 }
+
+/// A write that covers only part of a block reads the rest of it for the block's new checksum,
+/// except past the end of a file whose every change the checksums saw (a new file): those
+/// bytes are zeros. With every leg read failing, a write past the end of a new file still
+/// succeeds, and one inside it does not (it must read); the file then reads back whole and
+/// verified.
+#[test]
+fn a_partial_write_past_the_end_of_a_new_file_reads_nothing() {
+    let l = legs(2);
+    let fs = open_fs(&l);
+    let (_, fh) = new_file(&fs, "g", &[7u8; 100], &me());
+    fail(&fs, 0, "read", Errno::EIO, None);
+    fail(&fs, 1, "read", Errno::EIO, None);
+    assert_eq!(fs.write(fh, 5000, &[9u8; 100]).unwrap(), 100);
+    assert_eq!(fs.write(fh, 50, &[1u8; 10]), Err(Errno::EIO));
+    fs.mirror().clear_faults();
+    let mut want = vec![0u8; 5100];
+    want[..100].fill(7);
+    want[5000..].fill(9);
+    assert_eq!(fs.read(fh, 0, 8192, 1).unwrap().as_slice(), &want[..]);
+    for p in &l.paths {
+        assert_eq!(read_all(&p.join("g")), want);
+    }
+    fs.release(fh).unwrap();
+}

@@ -94,12 +94,19 @@ impl MirrorFs {
     }
 
     /// Gives the copy `fd` (just created) the identity `id`, unless it is not empty or has one
-    /// already (the name existed on this leg after all). True if it has `id` now.
+    /// already (the name existed on this leg after all). True if it has `id` now. One
+    /// `setxattr` that only creates: an identity already there (or anything under its name)
+    /// is left as it is.
     pub(super) fn give_new_id(fd: std::os::fd::BorrowedFd<'_>, id: u64) -> bool {
         let empty = sys::fd::fstat(fd).is_ok_and(|st| st.st_size == 0);
         empty
-            && integrity::id_of(fd).is_none()
-            && sys::xattr::set(fd, integrity::ID_XATTR, &integrity::id_bytes(id), 0).is_ok()
+            && sys::xattr::set(
+                fd,
+                integrity::ID_XATTR,
+                &integrity::id_bytes(id),
+                libc::XATTR_CREATE,
+            )
+            .is_ok()
     }
 
     /// After a creation: `inode` is covered by `id` if every copy took it (`identified`).
@@ -226,13 +233,20 @@ impl MirrorFs {
         }
         let start = first * BLOCK;
         let mut buf = vec![0u8; (sum::align_up(end) - start) as usize];
+        // A block wholly past the end of a file whose every write these checksums saw (one
+        // created or emptied since it was last hashed whole) holds zeros: nothing to read.
+        let fresh_end = f.fresh_size();
+        let old_block = |block: u64| match fresh_end {
+            Some(size) if block * BLOCK >= size => Ok(Vec::new()),
+            _ => self.old_block(inode, f, block),
+        };
         if !offset.is_multiple_of(BLOCK) {
-            let old = self.old_block(inode, f, first)?;
+            let old = old_block(first)?;
             buf[..old.len()].copy_from_slice(&old);
         }
         let last = sum::block_of(end - 1);
         if !end.is_multiple_of(BLOCK) && (last != first || offset.is_multiple_of(BLOCK)) {
-            let old = self.old_block(inode, f, last)?;
+            let old = old_block(last)?;
             let at = ((last - first) * BLOCK) as usize;
             buf[at..at + old.len()].copy_from_slice(&old);
         }

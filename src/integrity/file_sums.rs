@@ -167,6 +167,14 @@ impl FileSums {
         ig.mark_dirty(self);
     }
 
+    /// The file's size when these checksums saw every change of it since it was created,
+    /// emptied or hashed whole (`fresh`): its bytes past that are zeros. `None` for a file
+    /// whose checksums came from the store, whose size there may be older than its copies'.
+    pub fn fresh_size(&self) -> Option<u64> {
+        let st = self.state.lock();
+        (st.fresh && !st.deleted).then_some(st.size)
+    }
+
     /// Whether the file was removed (nothing to verify).
     pub fn is_deleted(&self) -> bool {
         self.state.lock().deleted
