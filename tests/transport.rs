@@ -367,6 +367,69 @@ fn random_direct_reads(p: &Path, data: &[u8], n: u64, secs: f64) -> u64 {
     })
 }
 
+/// Voluntary context switches of the daemon's thread named `name`.
+fn thread_switches(pid: i32, name: &str) -> u64 {
+    for t in fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+        let comm = fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if comm.trim() != name {
+            continue;
+        }
+        let status = fs::read_to_string(t.path().join("status")).unwrap();
+        return status
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("voluntary_ctxt_switches");
+    }
+    panic!("the daemon has no thread named {name}");
+}
+
+/// Over io_uring, /dev/fuse carries forgets and interrupts only, read by one thread that waits
+/// a moment after each forget so that the kernel sends the next ones as one BATCH_FORGET:
+/// removing 2,000 files (each an inode the kernel forgets) wakes it far fewer than 2,000 times.
+/// On both transports every forget is answered: the daemon's live inodes come back down.
+#[test]
+fn forgets_are_gathered_and_all_answered() {
+    require_fuse!();
+    let m = TestMirror::new(2).mount();
+    let pid = daemon_pids(m.mnt())[0];
+    let d = m.path("d");
+    fs::create_dir(&d).unwrap();
+    for i in 0..2000 {
+        fs::write(d.join(format!("f{i}")), b"x").unwrap();
+    }
+    let mnt = m.mnt().to_path_buf();
+    let live = || {
+        let d = stats(&mnt).daemon.expect("the daemon's stats");
+        d.live_inodes.expect("live_inodes")
+    };
+    let before = live();
+    assert!(
+        before >= 2000,
+        "{before} live inodes after creating 2,000 files"
+    );
+    let woken = thread_switches(pid, "fuse-0");
+    fs::remove_dir_all(&d).unwrap();
+    // The forgets of the last few files may still wait their turn.
+    let t0 = Instant::now();
+    while live() > 10 && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let after = live();
+    let woken = thread_switches(pid, "fuse-0") - woken;
+    eprintln!("live inodes {before} -> {after}; the /dev/fuse reader woke {woken} times");
+    assert!(
+        after <= 10,
+        "{after} inodes still live after removing them all"
+    );
+    if switch_on() {
+        assert!(
+            woken < 500,
+            "the /dev/fuse reader woke {woken} times for 2,000 forgets"
+        );
+    }
+}
+
 /// Item 2 of the issue: a queue keeps the depth the kernel gives it. Sixteen readers of a leg
 /// that takes 20 ms per request (the disk model's remote leg) keep about sixteen leg reads
 /// under way, each verified against its checksums: far more than one per 20 ms. Over

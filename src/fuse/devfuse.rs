@@ -4,6 +4,7 @@
 //! Over io_uring it still runs, with one thread: the kernel sends forgets and interrupts
 //! through /dev/fuse on both transports, and requests made before the rings were ready.
 
+use super::abi;
 use super::dispatch::MirrorFuse;
 use super::reply::Answer;
 use super::request;
@@ -16,16 +17,23 @@ fn buffer_len(max_write: u32) -> usize {
     max_write as usize + 4096
 }
 
-/// Answers the request in `msg` (one message read from /dev/fuse) on `dev`.
-pub fn answer_message(fuse: &MirrorFuse, msg: &[u8], dev: &File) {
+/// Over io_uring, how long the /dev/fuse reader waits after a forget before it reads again,
+/// so that the forgets the kernel queues meanwhile come as one BATCH_FORGET. Read at once,
+/// each evicted inode (an `rm -rf` makes one per file) was a FORGET of its own and a wake-up
+/// of this thread, most often on the other CPU. Nothing else waits on this descriptor over
+/// io_uring but interrupts, which this delays by as much.
+const FORGET_GATHER: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// Answers the request in `msg` (one message read from /dev/fuse) on `dev`; its opcode.
+pub fn answer_message(fuse: &MirrorFuse, msg: &[u8], dev: &File) -> Option<u32> {
     let Ok((h, head, payload)) = request::split_message(msg) else {
         log::error!("a request too short for its header ({} bytes)", msg.len());
-        return;
+        return None;
     };
     let a = super::answer_guarded(fuse, &h, head, payload);
     fuse.injected_death(h.opcode);
     if matches!(a, Answer::Nothing) {
-        return;
+        return Some(h.opcode);
     }
     let out = a.header(h.unique);
     let mut dev = dev;
@@ -39,9 +47,12 @@ pub fn answer_message(fuse: &MirrorFuse, msg: &[u8], dev: &File) {
             );
         }
     }
+    Some(h.opcode)
 }
 
-/// Reads and answers requests on `dev` until the connection ends (unmount: ENODEV).
+/// Reads and answers requests on `dev` until the connection ends (unmount: ENODEV). Once the
+/// io_uring queues serve (this is then the only reader, and carries no other request), it
+/// waits [`FORGET_GATHER`] after a forget before it reads again.
 pub fn serve_one(fuse: &MirrorFuse, dev: File) -> std::io::Result<()> {
     let mut buf = vec![0u8; buffer_len(fuse.negotiated().max_write)];
     let mut reader = &dev;
@@ -58,8 +69,12 @@ pub fn serve_one(fuse: &MirrorFuse, dev: File) -> std::io::Result<()> {
                         std::thread::park();
                     }
                 }
-                answer_message(fuse, &buf[..n], &dev);
+                let op = answer_message(fuse, &buf[..n], &dev);
                 gate.leave();
+                let forgot = matches!(op, Some(abi::op::FORGET | abi::op::BATCH_FORGET));
+                if forgot && fuse.rings() {
+                    std::thread::sleep(FORGET_GATHER);
+                }
             }
             Err(e) => match e.raw_os_error() {
                 // Interrupted before it was read, a signal, or nothing yet.

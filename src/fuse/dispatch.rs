@@ -161,6 +161,11 @@ impl MirrorFuse {
         self.rings.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Whether the io_uring queues serve (and /dev/fuse carries only forgets and interrupts).
+    pub fn rings(&self) -> bool {
+        self.rings.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Acts on an injected transport fault (`fault` key, `transport=panic|error`), on the
     /// thread of a queue (`ring`) or of a /dev/fuse reader, whichever kind serves: panics, or
     /// returns the error that ends the thread. Without one set, a relaxed load.
