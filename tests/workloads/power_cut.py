@@ -318,7 +318,9 @@ def run_randwrite(d, acks_fd):
             pace()
 
 
-def check_randwrite(d, acks):
+def versions(acks):
+    """A block-writing workload's record: the last version written and the last acknowledged
+    of each unit (a block, a chunk), and how many acknowledgements there were."""
     written = {}
     acked = {}
     n_acked = 0
@@ -326,21 +328,29 @@ def check_randwrite(d, acks):
         parts = line.split()
         if len(parts) != 3:
             continue
-        kind, b, g = parts[0], int(parts[1]), int(parts[2])
+        kind, u, g = parts[0], int(parts[1]), int(parts[2])
         if kind == "w":
-            written[b] = g
+            written[u] = g
         elif kind == "a":
-            acked[b] = max(acked.get(b, 0), g)
+            acked[u] = max(acked.get(u, 0), g)
             n_acked += 1
-    path = os.path.join(d, "blocks")
+    return written, acked, n_acked
+
+
+def check_blocks(kind, path, acks, blocks, unit_of):
+    """Each of the file's `blocks` 4 KiB blocks holds one whole version of itself, between the
+    last acknowledged and the last written of its unit (`unit_of(block)`); a unit never
+    acknowledged may still be zeros. (acknowledged, lost)."""
+    written, acked, n_acked = versions(acks)
     if not os.path.exists(path):
         return n_acked, (1 if n_acked else 0)
     with open(path, "rb") as f:
         data = f.read()
     lost = 0
-    for b in range(BLOCKS):
+    for b in range(blocks):
+        u = unit_of(b)
         got = data[b * BLOCK : (b + 1) * BLOCK]
-        low, high = acked.get(b, 0), written.get(b, 0)
+        low, high = acked.get(u, 0), written.get(u, 0)
         if low == 0 and got == b"\0" * BLOCK:
             continue
         try:
@@ -348,10 +358,14 @@ def check_randwrite(d, acks):
         except (UnicodeDecodeError, IndexError, ValueError):
             g = -1
         if g < 0 or got != block_version(b, g) or g < low or g > high:
-            print(f"randwrite: block {b} holds {got[:30]!r}: acknowledged {low}, written {high}",
+            print(f"{kind}: block {b} holds {got[:30]!r}: acknowledged {low}, written {high}",
                   file=sys.stderr)
             lost += 1
     return n_acked, lost
+
+
+def check_randwrite(d, acks):
+    return check_blocks("randwrite", os.path.join(d, "blocks"), acks, BLOCKS, lambda b: b)
 
 
 # ------------------------------------------------------------------------------ stream
@@ -391,40 +405,8 @@ def run_stream(d, acks_fd):
 
 
 def check_stream(d, acks):
-    written = {}
-    acked = {}
-    n_acked = 0
-    for line in acks:
-        parts = line.split()
-        if len(parts) != 3:
-            continue
-        kind, c, g = parts[0], int(parts[1]), int(parts[2])
-        if kind == "w":
-            written[c] = g
-        elif kind == "a":
-            acked[c] = max(acked.get(c, 0), g)
-            n_acked += 1
-    path = os.path.join(d, "stream")
-    if not os.path.exists(path):
-        return n_acked, (1 if n_acked else 0)
-    with open(path, "rb") as f:
-        data = f.read()
-    lost = 0
-    for b in range(CHUNKS * CHUNK_BLOCKS):
-        c = b // CHUNK_BLOCKS
-        got = data[b * BLOCK : (b + 1) * BLOCK]
-        low, high = acked.get(c, 0), written.get(c, 0)
-        if low == 0 and got == b"\0" * BLOCK:
-            continue
-        try:
-            g = int(got.split(b"\n", 1)[0].decode().split(" ")[3])
-        except (UnicodeDecodeError, IndexError, ValueError):
-            g = -1
-        if g < 0 or got != block_version(b, g) or g < low or g > high:
-            print(f"stream: block {b} holds {got[:30]!r}: acknowledged {low}, written {high}",
-                  file=sys.stderr)
-            lost += 1
-    return n_acked, lost
+    return check_blocks("stream", os.path.join(d, "stream"), acks, CHUNKS * CHUNK_BLOCKS,
+                        lambda b: b // CHUNK_BLOCKS)
 
 
 # ------------------------------------------------------------------------------ scribble
