@@ -500,6 +500,122 @@ fn sixteen_readers_are_sixteen_leg_reads_under_way() {
     m.unmount();
 }
 
+/// `n` asynchronous 4 KiB `O_DIRECT` reads of the file at `p` under way at once, from a ring
+/// of the calling thread's own on CPU `cpu` (a FUSE file takes them on io_uring's workers, which
+/// send them as background requests, `FUSE_ASYNC_DIO`); each checked against `data`.
+fn async_direct_reads_on(p: &Path, data: &[u8], cpu: usize, n: usize) {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    // SAFETY: a zeroed cpu_set_t, filled by CPU_SET, read by sched_setaffinity.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        assert_eq!(
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
+            0,
+            "cannot run on CPU {cpu}"
+        );
+    }
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(p)
+        .unwrap();
+    let blocks = data.len() / 4096;
+    let offsets: Vec<usize> = (0..n)
+        .map(|i| ((i * 7919 + cpu * 104_729) % blocks) * 4096)
+        .collect();
+    let mut bufs: Vec<AlignedBuf> = (0..n).map(|_| AlignedBuf::new(4096, 4096)).collect();
+    let mut ring = io_uring::IoUring::new(2 * n as u32).unwrap();
+    for (i, (buf, off)) in bufs.iter_mut().zip(&offsets).enumerate() {
+        let read = io_uring::opcode::Read::new(
+            io_uring::types::Fd(f.as_raw_fd()),
+            buf.as_mut_slice().as_mut_ptr(),
+            4096,
+        )
+        .offset(*off as u64)
+        .build()
+        .user_data(i as u64);
+        // SAFETY: the buffer and the file outlive the read: the ring is waited on below.
+        unsafe { ring.submission().push(&read).unwrap() };
+    }
+    let mut back = 0;
+    while back < n {
+        ring.submit_and_wait(1).unwrap();
+        for c in ring.completion() {
+            assert_eq!(c.result(), 4096, "read {}", c.user_data());
+            back += 1;
+        }
+    }
+    for (buf, off) in bufs.iter().zip(&offsets) {
+        assert!(
+            buf.as_slice() == &data[*off..*off + 4096],
+            "block at {off} differs"
+        );
+    }
+}
+
+/// The kernel lets only so many background requests be under way on a mount (`max_background`:
+/// 12 by default, 16 as `fuser` asked), whatever the queues can take. mirrorfs asks one for
+/// every ring entry: two programs on two CPUs, each with 12 asynchronous reads in flight, have
+/// all 24 at the legs, not 16. (Not 16 each: the stats are read through the mount, and over
+/// io_uring a request waits for a free entry of its queue, which 16 reads would all hold.)
+#[test]
+fn asynchronous_reads_from_two_cpus_are_all_under_way() {
+    require_fuse!();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert!(
+        cpus >= 2,
+        "this test needs two CPUs; this machine has {cpus}"
+    );
+    let remote = ModelLeg::new(&["--latency-us", "20000"]);
+    let tmp = tempfile::tempdir().unwrap();
+    let (local, mnt) = (tmp.path().join("local"), tmp.path().join("mnt"));
+    fs::create_dir(&local).unwrap();
+    fs::create_dir(&mnt).unwrap();
+    let legs = vec![local, remote.leg("")];
+    let mut opts = vec!["read_policy=devid:1", "readahead=0"];
+    if !switch_on() {
+        opts.push("threads=40");
+    }
+    let mut m = mount_ok(&legs, &mnt, &opts);
+    let data = pattern(4 * MIB, 25);
+    fs::write(mnt.join("f"), &data).unwrap();
+    drop_cached_pages(&mnt.join("f"));
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let most = std::thread::scope(|s| {
+        let sampler = s.spawn(|| {
+            let mut most = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                most = most.max(stats(&mnt).legs[1].inflight);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            most
+        });
+        let f = mnt.join("f");
+        std::thread::scope(|r| {
+            for cpu in 0..2 {
+                let (f, data) = (&f, &data);
+                r.spawn(move || {
+                    for _ in 0..5 {
+                        async_direct_reads_on(f, data, cpu, 12);
+                    }
+                });
+            }
+        });
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        sampler.join().unwrap()
+    });
+    let dev = std::os::unix::fs::MetadataExt::dev(&fs::metadata(&mnt).unwrap());
+    let limit = fs::read_to_string(format!(
+        "/sys/fs/fuse/connections/{}/max_background",
+        libc::minor(dev)
+    ));
+    eprintln!("at most {most} reads in flight on the slow leg; max_background {limit:?}");
+    assert!(most > 16, "at most {most} of 24 reads in flight on the leg");
+    m.unmount();
+}
+
 /// Reads that fail on the ring (a block that does not match its checksum, on one leg) are
 /// answered the blocking way: the good copy is read, the bad one repaired. Several readers at
 /// once, so that the queue's reader answers them (over io_uring).

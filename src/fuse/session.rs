@@ -7,12 +7,24 @@
 //! (`inval_inode`, `inval_entry` go through /dev/fuse on both transports) and unmounting.
 
 use super::dispatch::Negotiated;
+use super::uring::DEPTH;
 use crate::config::KernelCache;
 use fuser::{Filesystem, InitFlags, KernelConfig, Request};
 use std::sync::{Arc, Mutex};
 
 /// Largest read and write request: 1 MiB.
 pub const MAX_IO: u32 = 1 << 20;
+
+/// How many background requests the kernel lets be under way at once on the mount, with
+/// `cpus` possible CPUs: one for every ring entry (a queue of [`DEPTH`] per CPU), 16 at least.
+///
+/// Asynchronous reads (`O_DIRECT` through libaio or io_uring, with `FUSE_ASYNC_DIO`) and
+/// read-ahead are background requests, and the limit is the mount's, not a queue's: the
+/// kernel's default is 12 and `fuser` asks 16, so two programs on two CPUs, each with 16 reads
+/// in flight, had 16 under way between them, the others waiting in the kernel.
+pub fn background_limit(cpus: usize) -> u16 {
+    cpus.saturating_mul(DEPTH).clamp(16, u16::MAX as usize) as u16
+}
 
 /// The `fuser::Filesystem` whose only callback is INIT.
 pub struct Handshake {
@@ -35,6 +47,12 @@ impl Filesystem for Handshake {
             neg.max_write = n;
         }
         let _ = config.set_max_readahead(MAX_IO);
+        let cpus = crate::sys::fusedev::possible_cpus().unwrap_or(1);
+        let limit = background_limit(cpus);
+        if config.set_max_background(limit).is_ok() {
+            // The kernel stops read-ahead beyond what is asked while this many are under way.
+            let _ = config.set_congestion_threshold(limit - limit / 4);
+        }
         for flag in [
             InitFlags::FUSE_DO_READDIRPLUS,
             InitFlags::FUSE_READDIRPLUS_AUTO,
@@ -86,5 +104,19 @@ impl Filesystem for Handshake {
         }
         *self.out.lock().unwrap_or_else(|e| e.into_inner()) = neg;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_ring_entry_may_carry_a_background_request() {
+        assert_eq!(background_limit(1), 16);
+        assert_eq!(background_limit(2), 32);
+        assert_eq!(background_limit(64), 1024);
+        assert_eq!(background_limit(0), 16);
+        assert_eq!(background_limit(usize::MAX), u16::MAX);
     }
 }
