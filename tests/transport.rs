@@ -432,6 +432,66 @@ fn forgets_are_all_answered_while_gathered() {
     );
 }
 
+/// A mirror of a local leg and a disk-model leg that takes 20 ms per request, every read sent
+/// to the slow one, holding a 4 MiB file `f` of `pattern(.., seed)` out of the page cache;
+/// over /dev/fuse with `threads` readers.
+struct SlowLeg {
+    /// One such mirror at a time: the tests count reads in flight, and beside another busy
+    /// one (debug builds, two CPUs) the daemon took too long to pick its requests up.
+    _one: std::sync::MutexGuard<'static, ()>,
+    _remote: ModelLeg,
+    _tmp: tempfile::TempDir,
+    mnt: std::path::PathBuf,
+    m: Remounted,
+    data: Vec<u8>,
+}
+
+fn slow_leg_mirror(threads: usize, seed: u64) -> SlowLeg {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    let remote = ModelLeg::new(&["--latency-us", "20000"]);
+    let tmp = tempfile::tempdir().unwrap();
+    let (local, mnt) = (tmp.path().join("local"), tmp.path().join("mnt"));
+    fs::create_dir(&local).unwrap();
+    fs::create_dir(&mnt).unwrap();
+    let legs = vec![local, remote.leg("")];
+    let threads = format!("threads={threads}");
+    let mut opts = vec!["read_policy=devid:1", "readahead=0"];
+    if !switch_on() {
+        opts.push(&threads);
+    }
+    let m = mount_ok(&legs, &mnt, &opts);
+    let data = pattern(4 * MIB, seed);
+    fs::write(mnt.join("f"), &data).unwrap();
+    drop_cached_pages(&mnt.join("f"));
+    SlowLeg {
+        _one: one,
+        _remote: remote,
+        _tmp: tmp,
+        mnt,
+        m,
+        data,
+    }
+}
+
+/// What `work` gives, and the most requests in flight on the slow leg (leg 1) seen meanwhile.
+fn most_in_flight<T: Send>(mnt: &Path, work: impl FnOnce() -> T + Send) -> (T, u32) {
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let sampler = s.spawn(|| {
+            let mut most = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                most = most.max(stats(mnt).legs[1].inflight);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            most
+        });
+        let got = work();
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        (got, sampler.join().unwrap())
+    })
+}
+
 /// Item 2 of the issue: a queue keeps the depth the kernel gives it. Sixteen readers of a leg
 /// that takes 20 ms per request (the disk model's remote leg) keep about sixteen leg reads
 /// under way, each verified against its checksums: far more than one per 20 ms. Over
@@ -439,37 +499,18 @@ fn forgets_are_all_answered_while_gathered() {
 #[test]
 fn sixteen_readers_are_sixteen_leg_reads_under_way() {
     require_fuse!();
-    let remote = ModelLeg::new(&["--latency-us", "20000"]);
-    let tmp = tempfile::tempdir().unwrap();
-    let (local, mnt) = (tmp.path().join("local"), tmp.path().join("mnt"));
-    fs::create_dir(&local).unwrap();
-    fs::create_dir(&mnt).unwrap();
-    let legs = vec![local, remote.leg("")];
-    // Every read to the slow leg, so that each one waits 20 ms.
-    let mut opts = vec!["read_policy=devid:1", "readahead=0"];
-    if !switch_on() {
-        opts.push("threads=16");
-    }
-    let mut m = mount_ok(&legs, &mnt, &opts);
-    let data = pattern(4 * MIB, 24);
-    fs::write(mnt.join("f"), &data).unwrap();
-    drop_cached_pages(&mnt.join("f"));
+    // The model leg and the directories stay until the end: bound, not left to `..`.
+    let SlowLeg {
+        _one,
+        _remote,
+        _tmp,
+        mnt,
+        mut m,
+        data,
+    } = slow_leg_mirror(16, 24);
     let before = stats(&mnt);
-    // The leg's requests in flight, sampled while the readers run.
-    let done = std::sync::atomic::AtomicBool::new(false);
-    let (reads, most) = std::thread::scope(|s| {
-        let sampler = s.spawn(|| {
-            let mut most = 0;
-            while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                most = most.max(stats(&mnt).legs[1].inflight);
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            most
-        });
-        let reads = random_direct_reads(&mnt.join("f"), &data, 16, 2.0);
-        done.store(true, std::sync::atomic::Ordering::Relaxed);
-        (reads, sampler.join().unwrap())
-    });
+    let (reads, most) =
+        most_in_flight(&mnt, || random_direct_reads(&mnt.join("f"), &data, 16, 2.0));
     let after = stats(&mnt);
     let served = after.legs[1].read_ops - before.legs[1].read_ops;
     let verified = after.integrity.as_ref().unwrap().verified_blocks
@@ -500,10 +541,10 @@ fn sixteen_readers_are_sixteen_leg_reads_under_way() {
     m.unmount();
 }
 
-/// `n` asynchronous 4 KiB `O_DIRECT` reads of the file at `p` under way at once, from a ring
-/// of the calling thread's own on CPU `cpu` (a FUSE file takes them on io_uring's workers, which
-/// send them as background requests, `FUSE_ASYNC_DIO`); each checked against `data`.
-fn async_direct_reads_on(p: &Path, data: &[u8], cpu: usize, n: usize) {
+/// Asynchronous 4 KiB `O_DIRECT` reads of the file at `p`, `n` under way at all times for
+/// `secs`, from a ring of the calling thread's own on CPU `cpu` (the kernel sends them as
+/// background requests, `FUSE_ASYNC_DIO`); each checked against `data`.
+fn async_direct_reads_on(p: &Path, data: &[u8], cpu: usize, n: usize, secs: f64) {
     use std::os::fd::AsRawFd;
     use std::os::unix::fs::OpenOptionsExt;
     // SAFETY: a zeroed cpu_set_t, filled by CPU_SET, read by sched_setaffinity.
@@ -522,36 +563,45 @@ fn async_direct_reads_on(p: &Path, data: &[u8], cpu: usize, n: usize) {
         .open(p)
         .unwrap();
     let blocks = data.len() / 4096;
-    let offsets: Vec<usize> = (0..n)
-        .map(|i| ((i * 7919 + cpu * 104_729) % blocks) * 4096)
-        .collect();
     let mut bufs: Vec<AlignedBuf> = (0..n).map(|_| AlignedBuf::new(4096, 4096)).collect();
     let mut ring = io_uring::IoUring::new(2 * n as u32).unwrap();
-    for (i, (buf, off)) in bufs.iter_mut().zip(&offsets).enumerate() {
+    let mut next = cpu * 104_729;
+    let mut start = |ring: &mut io_uring::IoUring, i: usize, buf: &mut AlignedBuf| {
+        next += 7919;
+        let off = (next % blocks) * 4096;
         let read = io_uring::opcode::Read::new(
             io_uring::types::Fd(f.as_raw_fd()),
             buf.as_mut_slice().as_mut_ptr(),
             4096,
         )
-        .offset(*off as u64)
+        .offset(off as u64)
         .build()
         .user_data(i as u64);
-        // SAFETY: the buffer and the file outlive the read: the ring is waited on below.
+        // SAFETY: the buffer and the file outlive the read: every read is waited for below.
         unsafe { ring.submission().push(&read).unwrap() };
-    }
-    let mut back = 0;
-    while back < n {
+        off
+    };
+    let mut at: Vec<usize> = (0..n).map(|i| start(&mut ring, i, &mut bufs[i])).collect();
+    let end = Instant::now() + Duration::from_secs_f64(secs);
+    let mut under_way = n;
+    while under_way > 0 {
         ring.submit_and_wait(1).unwrap();
-        for c in ring.completion() {
-            assert_eq!(c.result(), 4096, "read {}", c.user_data());
-            back += 1;
+        let back: Vec<(usize, i32)> = ring
+            .completion()
+            .map(|c| (c.user_data() as usize, c.result()))
+            .collect();
+        for (i, res) in back {
+            assert_eq!(res, 4096, "read at {}", at[i]);
+            let off = at[i];
+            assert!(
+                bufs[i].as_slice() == &data[off..off + 4096],
+                "block at {off} differs"
+            );
+            match Instant::now() < end {
+                true => at[i] = start(&mut ring, i, &mut bufs[i]),
+                false => under_way -= 1,
+            }
         }
-    }
-    for (buf, off) in bufs.iter().zip(&offsets) {
-        assert!(
-            buf.as_slice() == &data[*off..*off + 4096],
-            "block at {off} differs"
-        );
     }
 }
 
@@ -568,43 +618,23 @@ fn asynchronous_reads_from_two_cpus_are_all_under_way() {
         cpus >= 2,
         "this test needs two CPUs; this machine has {cpus}"
     );
-    let remote = ModelLeg::new(&["--latency-us", "20000"]);
-    let tmp = tempfile::tempdir().unwrap();
-    let (local, mnt) = (tmp.path().join("local"), tmp.path().join("mnt"));
-    fs::create_dir(&local).unwrap();
-    fs::create_dir(&mnt).unwrap();
-    let legs = vec![local, remote.leg("")];
-    let mut opts = vec!["read_policy=devid:1", "readahead=0"];
-    if !switch_on() {
-        opts.push("threads=40");
-    }
-    let mut m = mount_ok(&legs, &mnt, &opts);
-    let data = pattern(4 * MIB, 25);
-    fs::write(mnt.join("f"), &data).unwrap();
-    drop_cached_pages(&mnt.join("f"));
-    let done = std::sync::atomic::AtomicBool::new(false);
-    let most = std::thread::scope(|s| {
-        let sampler = s.spawn(|| {
-            let mut most = 0;
-            while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                most = most.max(stats(&mnt).legs[1].inflight);
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            most
-        });
-        let f = mnt.join("f");
+    // The model leg and the directories stay until the end: bound, not left to `..`.
+    let SlowLeg {
+        _one,
+        _remote,
+        _tmp,
+        mnt,
+        mut m,
+        data,
+    } = slow_leg_mirror(40, 25);
+    let f = mnt.join("f");
+    let ((), most) = most_in_flight(&mnt, || {
         std::thread::scope(|r| {
             for cpu in 0..2 {
                 let (f, data) = (&f, &data);
-                r.spawn(move || {
-                    for _ in 0..5 {
-                        async_direct_reads_on(f, data, cpu, 12);
-                    }
-                });
+                r.spawn(move || async_direct_reads_on(f, data, cpu, 12, 2.0));
             }
-        });
-        done.store(true, std::sync::atomic::Ordering::Relaxed);
-        sampler.join().unwrap()
+        })
     });
     let dev = std::os::unix::fs::MetadataExt::dev(&fs::metadata(&mnt).unwrap());
     let limit = fs::read_to_string(format!(
