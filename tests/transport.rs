@@ -499,15 +499,8 @@ fn most_in_flight<T: Send>(mnt: &Path, work: impl FnOnce() -> T + Send) -> (T, u
 #[test]
 fn sixteen_readers_are_sixteen_leg_reads_under_way() {
     require_fuse!();
-    // The model leg and the directories stay until the end: bound, not left to `..`.
-    let SlowLeg {
-        _one,
-        _remote,
-        _tmp,
-        mnt,
-        mut m,
-        data,
-    } = slow_leg_mirror(16, 24);
+    let mut sl = slow_leg_mirror(16, 24);
+    let (mnt, data) = (sl.mnt.clone(), std::mem::take(&mut sl.data));
     let before = stats(&mnt);
     let (reads, most) =
         most_in_flight(&mnt, || random_direct_reads(&mnt.join("f"), &data, 16, 2.0));
@@ -538,7 +531,7 @@ fn sixteen_readers_are_sixteen_leg_reads_under_way() {
         true => assert!(ring >= reads / 2, "{ring} of {reads} reads ran on a ring"),
         false => assert_eq!(ring, 0),
     }
-    m.unmount();
+    sl.m.unmount();
 }
 
 /// Asynchronous 4 KiB `O_DIRECT` reads of the file at `p`, `n` under way at all times for
@@ -618,15 +611,8 @@ fn asynchronous_reads_from_two_cpus_are_all_under_way() {
         cpus >= 2,
         "this test needs two CPUs; this machine has {cpus}"
     );
-    // The model leg and the directories stay until the end: bound, not left to `..`.
-    let SlowLeg {
-        _one,
-        _remote,
-        _tmp,
-        mnt,
-        mut m,
-        data,
-    } = slow_leg_mirror(40, 25);
+    let mut sl = slow_leg_mirror(40, 25);
+    let (mnt, data) = (sl.mnt.clone(), std::mem::take(&mut sl.data));
     let f = mnt.join("f");
     let ((), most) = most_in_flight(&mnt, || {
         std::thread::scope(|r| {
@@ -643,7 +629,7 @@ fn asynchronous_reads_from_two_cpus_are_all_under_way() {
     ));
     eprintln!("at most {most} reads in flight on the slow leg; max_background {limit:?}");
     assert!(most > 16, "at most {most} of 24 reads in flight on the leg");
-    m.unmount();
+    sl.m.unmount();
 }
 
 /// Reads that fail on the ring (a block that does not match its checksum, on one leg) are
