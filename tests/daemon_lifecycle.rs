@@ -1,5 +1,6 @@
 //! Daemon lifecycle: background mode returns once the mount answers and lets go of the
-//! caller's stdio; foreground mode (`-f`) ends with exit 0 on SIGTERM, SIGINT and umount.
+//! caller's stdio; foreground mode (`-f`) ends with exit 0 on SIGTERM, SIGINT and umount, and
+//! on a signal that comes while a program is inside the mount, once it lets go.
 
 #[macro_use]
 mod common;
@@ -74,6 +75,46 @@ fn foreground_exits_zero_on_sigterm() {
 #[test]
 fn foreground_exits_zero_on_sigint() {
     foreground_signal(libc::SIGINT);
+}
+
+/// A signal that comes while a program is inside the mount is not lost: a plain unmount fails
+/// then (EBUSY), and the daemon tries again until the last program lets go, then ends as
+/// after any unmount. `hold` is how long the file stays open after the signal: a moment, then
+/// longer than the 2 s after which the daemon says in the log that it waits.
+fn signal_while_busy(hold: Duration) {
+    require_fuse!();
+    let d = TestDirs::new(2);
+    let mut g = FgGuard {
+        child: start_foreground(&d),
+        mnt: &d.mnt,
+    };
+    fs::write(d.mnt.join("f"), b"busy").unwrap();
+    let open = fs::File::open(d.mnt.join("f")).unwrap();
+    assert_eq!(unsafe { libc::kill(g.child.id() as i32, libc::SIGTERM) }, 0);
+    std::thread::sleep(hold);
+    assert!(
+        g.child.try_wait().unwrap().is_none(),
+        "the daemon ended while a file was open on its mount"
+    );
+    drop(open);
+    let st = wait_timeout(&mut g.child, Duration::from_secs(20), "mirrorfs -f");
+    let err = fs::read_to_string(d.root().join("fg.stderr")).unwrap_or_default();
+    assert_eq!(st.code(), Some(0), "exit status: {st}; stderr: {err}");
+    assert!(
+        wait_mounted(&d.mnt, false, Duration::from_secs(5)),
+        "still mounted; stderr: {err}"
+    );
+    assert_legs_identical(&d.legs);
+}
+
+#[test]
+fn a_signal_while_the_mount_is_busy_unmounts_once_it_is_not() {
+    signal_while_busy(Duration::from_millis(500));
+}
+
+#[test]
+fn a_signal_while_the_mount_stays_busy_waits_for_it() {
+    signal_while_busy(Duration::from_secs(3));
 }
 
 #[test]
