@@ -10,8 +10,7 @@
 //! until the daemon process has exited: by then every leg is flushed, marked clean and closed.
 
 use super::control;
-use std::ffi::{CString, OsString};
-use std::os::unix::ffi::OsStrExt;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -49,18 +48,12 @@ fn daemon_of(mount: &Path) -> Option<(u32, u64)> {
     Some((pid, start_time(pid)?))
 }
 
-fn umount2(mount: &Path, flags: i32) -> std::io::Result<()> {
-    let c = CString::new(mount.as_os_str().as_bytes())
-        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
-    crate::sys::umount(&c, flags)
-}
-
 /// Unmounts `mount` (lazily with `lazy`, forced with `force`) and waits up to `wait` for its
 /// daemon to exit. Prints one line and returns [`EXIT_FAILED`] when the unmount fails.
 pub fn unmount(mount: &Path, lazy: bool, force: bool, wait: Duration) -> i32 {
     let daemon = daemon_of(mount);
     let flags = if lazy { libc::MNT_DETACH } else { 0 } | if force { libc::MNT_FORCE } else { 0 };
-    if let Err(e) = umount2(mount, flags) {
+    if let Err(e) = crate::sys::umount(mount, flags) {
         // A user's own mount: fusermount3 may do what the syscall may not.
         let done = e.raw_os_error() == Some(libc::EPERM)
             && std::process::Command::new("fusermount3")

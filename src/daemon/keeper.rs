@@ -448,11 +448,7 @@ pub fn run(
                     });
                     if held.is_some() {
                         crate::fuse::abort_connection(&mountpoint);
-                        if let Ok(c) =
-                            std::ffi::CString::new(mountpoint.as_os_str().as_encoded_bytes())
-                        {
-                            let _ = crate::sys::umount(&c, libc::MNT_DETACH);
-                        }
+                        let _ = crate::sys::umount(&mountpoint, libc::MNT_DETACH);
                     }
                     match ready.as_mut() {
                         Some(w) => {
@@ -602,10 +598,8 @@ fn give_up_now(
     log::error!("{msg}");
     dispatcher.dispatch(&crash_event("daemon_gave_up", why, restarts));
     crate::fuse::abort_connection(mountpoint);
-    if let Ok(c) = std::ffi::CString::new(mountpoint.as_os_str().as_encoded_bytes()) {
-        if let Err(e) = crate::sys::umount(&c, libc::MNT_DETACH) {
-            log::error!("keeper: cannot detach {}: {e}", mountpoint.display());
-        }
+    if let Err(e) = crate::sys::umount(mountpoint, libc::MNT_DETACH) {
+        log::error!("keeper: cannot detach {}: {e}", mountpoint.display());
     }
     super::notify::notify("STOPPING=1");
     1

@@ -221,39 +221,6 @@ fn open_fd_budget(nofile: usize, threads: usize, legs: usize) -> usize {
         .max(legs * 4)
 }
 
-/// After a plain unmount of `mnt` failed with `first`: while the mount is busy (EBUSY: a
-/// program has a file, or its directory, in it), tries again every 100 ms until it is not,
-/// so that a signal is never lost. A plain unmount fails even when something is inside the
-/// mount for an instant: under load (two busy loops beside `tests/daemon_lifecycle.rs`), a
-/// signal right after a write met EBUSY once in every few dozen runs, and the daemon served
-/// on. Not a lazy unmount (`MNT_DETACH`): the kernel then ended the connection as aborted
-/// once the last program let go, and the daemon ended as after a crash.
-fn unmount_despite_busy(mnt: &std::path::Path, first: std::io::Error) -> std::io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
-    if first.raw_os_error() != Some(libc::EBUSY) {
-        return Err(first);
-    }
-    let c = std::ffi::CString::new(mnt.as_os_str().as_bytes())
-        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
-    let start = std::time::Instant::now();
-    let mut warned = false;
-    loop {
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        match sys::umount(&c, 0) {
-            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
-                if !warned && start.elapsed() >= std::time::Duration::from_secs(2) {
-                    warned = true;
-                    log::warn!(
-                        "'{}' is in use: unmounting as soon as it is not",
-                        mnt.display()
-                    );
-                }
-            }
-            r => return r,
-        }
-    }
-}
-
 /// Mounts and serves until unmounted. `ready` (background mode) learns "OK" or the error.
 fn serve(
     p: Prepared,
@@ -416,17 +383,13 @@ fn serve(
         ));
     }
     let mut unmounter = session.unmount_callable();
-    let at = mountpoint.clone();
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
             let sig = sys::wait_for_termination_signal();
             log::info!("signal {sig}: unmounting");
             super::notify::notify("STOPPING=1");
-            if let Err(e) = unmounter
-                .unmount()
-                .or_else(|e| unmount_despite_busy(&at, e))
-            {
+            if let Err(e) = unmounter.unmount_when_free() {
                 log::error!("unmount failed: {e}");
             }
         })

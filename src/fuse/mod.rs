@@ -108,21 +108,44 @@ pub struct Mounted {
 }
 
 /// How a serving mount is unmounted from another thread (a signal).
-pub enum Unmounter {
-    Session(fuser::SessionUnmounter),
-    /// A session taken over: `umount` of the mount point.
-    Path(PathBuf),
+pub struct Unmounter {
+    /// The mount this process made (`None` for a session taken over: `umount` of the path).
+    session: Option<fuser::SessionUnmounter>,
+    mountpoint: PathBuf,
 }
 
 impl Unmounter {
+    /// One plain unmount (`fuser`'s once, for the mount this process made).
     pub fn unmount(&mut self) -> std::io::Result<()> {
-        match self {
-            Unmounter::Session(u) => u.unmount(),
-            Unmounter::Path(p) => {
-                let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes())
-                    .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
-                crate::sys::umount(&c, 0)
+        match self.session.take() {
+            Some(mut u) => u.unmount(),
+            None => crate::sys::umount(&self.mountpoint, 0),
+        }
+    }
+
+    /// Unmounts as soon as the mount is free: while it is busy (EBUSY: a program has a file,
+    /// or its directory, in it), tries again every 100 ms, with a warning after 2 s, so that
+    /// a signal is never lost. A plain unmount fails even when something is inside the mount
+    /// for an instant: under load (two busy loops beside `tests/daemon_lifecycle.rs`), a
+    /// signal right after a write met EBUSY once in every few dozen runs, and the daemon
+    /// served on. Not a lazy unmount (`MNT_DETACH`): the kernel then ended the connection as
+    /// aborted once the last program let go, and the daemon ended as after a crash.
+    pub fn unmount_when_free(&mut self) -> std::io::Result<()> {
+        let start = std::time::Instant::now();
+        let mut warned = false;
+        loop {
+            match self.unmount() {
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
+                r => return r,
             }
+            if !warned && start.elapsed() >= std::time::Duration::from_secs(2) {
+                warned = true;
+                log::warn!(
+                    "'{}' is in use: unmounting as soon as it is not",
+                    self.mountpoint.display()
+                );
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
         }
     }
 }
@@ -211,9 +234,9 @@ impl Mounted {
     }
 
     pub fn unmount_callable(&mut self) -> Unmounter {
-        match &mut self.session {
-            Some(s) => Unmounter::Session(s.unmount_callable()),
-            None => Unmounter::Path(self.mountpoint.clone()),
+        Unmounter {
+            session: self.session.as_mut().map(|s| s.unmount_callable()),
+            mountpoint: self.mountpoint.clone(),
         }
     }
 
@@ -396,10 +419,8 @@ impl Mounted {
                  crash)"
             );
             abort_connection(&self.mountpoint);
-            if let Ok(c) = std::ffi::CString::new(self.mountpoint.as_os_str().as_encoded_bytes()) {
-                if let Err(e) = crate::sys::umount(&c, libc::MNT_DETACH) {
-                    log::error!("cannot detach {}: {e}", self.mountpoint.display());
-                }
+            if let Err(e) = crate::sys::umount(&self.mountpoint, libc::MNT_DETACH) {
+                log::error!("cannot detach {}: {e}", self.mountpoint.display());
             }
             return Err(format!("the session ended: {why}"));
         }

@@ -268,8 +268,8 @@ pub fn io_priority_idle() -> std::io::Result<()> {
     Ok(())
 }
 
-/// `umount2(path, flags)`.
-pub fn umount(path: &std::ffi::CStr, flags: i32) -> std::io::Result<()> {
+/// `umount2(path, flags)` (EINVAL for a path with a NUL byte).
+pub fn umount(path: &std::path::Path, flags: i32) -> std::io::Result<()> {
     let flags = rustix::mount::UnmountFlags::from_bits_retain(flags as u32);
     rustix::mount::unmount(path, flags).map_err(std::io::Error::from)
 }
