@@ -33,6 +33,9 @@
 #   MIRRORFS_NOFILE=N  start the daemon under `prlimit --nofile=N:N` (descriptor pressure).
 #   EXT_LEGS     how many legs the scripts' mirrors have (default 2).
 #   EXT_WORK     where work directories go (default /tmp; keep it short).
+#   EXT_MIN_FREE_MB  how much free space EXT_WORK must have when a work directory is made
+#                (default 2048: the fio jobs write about 1 GiB on two legs); less fails at once,
+#                with one line, instead of as the suites' own ENOSPC failures.
 #   EXT_OUT      where logs go (default: target/external under the repository root).
 #   EXT_KEEP=1   keep work directories (legs, mount point) even when the script succeeds.
 #   EXT_MOUNT_OPTS  options added to every mount of every script (e.g. passthrough=ro,checksum=off).
@@ -81,6 +84,11 @@ need_binary() {
 
 # (not in $(...): the directory must be registered in this shell, for the exit trap)
 make_workdir() {
+    local free
+    free=$(df -Pm "$EXT_WORK" 2>/dev/null | awk 'NR == 2 { print $4 }')
+    [ -n "$free" ] || die "cannot tell how much space is free under $EXT_WORK"
+    [ "$free" -ge "${EXT_MIN_FREE_MB:-2048}" ] ||
+        die "only $free MiB free under $EXT_WORK; the external checks need ${EXT_MIN_FREE_MB:-2048} MiB (set EXT_WORK elsewhere, or free some space)"
     WORKDIR=$(mktemp -d "$EXT_WORK/mfs-$1.XXXXXX") || die "cannot create a work directory under $EXT_WORK"
     _EXT_WORKDIRS+=("$WORKDIR")
 }
