@@ -173,7 +173,7 @@ fi
 # image files, so a cold pass reaches the disk), fresh for this run. Every target gets its own
 # directory on them: leg A holds the leg target, mergerfs's branch and every mirrorfs's first
 # leg; leg B the second legs.
-IMG_MB=$((${#TARGETS[@]} * (MB + 256) + 512))
+IMG_MB=$((${#TARGETS[@]} * (MB + 256) + MB + 512)) # + MB: the seqwrite2 file on each leg
 inodes=$((IMG_MB * 64 + MANY + MANY / 500 + 10000)) # ext4's default (one per 16 KiB) plus MANY
 if [ "$MANY" -gt 0 ]; then IMG_MB=$((IMG_MB + MANY / 1000 + 256)); fi
 for x in a b; do
@@ -267,6 +267,7 @@ row gst_cold   "git status, cold"                            "s"
 row gst_warm   "git status, warm"                            "s"
 row rm         "rm -rf of the tree"                          "entries/s"
 row seqwrite   "seq 1 MiB write ${MB} MiB + fsync"           "MB/s"
+row seqwrite2  "the same on both legs at once, slower copy"  "MB/s"
 row seqread    "seq 1 MiB read, O_DIRECT, iodepth 4"         "MB/s"
 row randread   "rand 4 KiB read, O_DIRECT, iodepth 16"       "IOPS"
 
@@ -352,7 +353,23 @@ do_git() {
     if timed gitst "$2/repo"; then secs gst_warm "$1"; else fail gst_warm "$1"; fi
 }
 do_rm() { if timed rm -rf "$2/usr"; then rate rm "$1" "$NENT"; else fail rm "$1"; fi; rm -rf "$2/repo"; sync; }
-do_seqwrite() { rm -f "$2/bench.dat"; fio_job seqwrite "$1" --rw=write --bs=1M --size="${MB}m" --ioengine=psync --end_fsync=1 --filename=bench.dat; }
+SEQWRITE=(--rw=write --bs=1M --size="${MB}m" --ioengine=psync --end_fsync=1 --filename=bench.dat)
+do_seqwrite() {
+    rm -f "$2/bench.dat"; fio_job seqwrite "$1" "${SEQWRITE[@]}"
+    [ "$1" = leg ] || return 0
+    # What the two legs take when both are written at once, as a mirror must write them: two fio
+    # jobs, one a leg, side by side; the figure is the slower job's. Legs that share a disk (the
+    # loop images here) or the CPUs share them here too.
+    local out
+    mkdir -p "$DIR/legA/both" "$DIR/legB/both"
+    if out=$(cd "$DIR" && fio --output-format=json --name=a --directory="$DIR/legA/both" "${SEQWRITE[@]}" \
+        --name=b --directory="$DIR/legB/both" "${SEQWRITE[@]}" 2>"$DIR/out"); then
+        VAL[seqwrite2,leg]=$(jq -r '[.jobs[].write.bw_bytes] | min / 1e5 | floor / 10' <<<"$out")
+    else
+        echo "$out" >>"$DIR/out"; fail seqwrite2 leg
+    fi
+    rm -rf "$DIR/legA/both" "$DIR/legB/both"
+}
 do_seqread() {
     drop
     fio_job seqread "$1" --rw=read --bs=1M --size="${MB}m" --ioengine=libaio --iodepth=4 --direct=1 \
@@ -454,6 +471,17 @@ for r in "${ROWS[@]}"; do
     echo
 done
 echo
+echo "## The two-leg mirrors' sequential write against both legs written at once (seqwrite / the leg's seqwrite2)"
+echo
+echo "| target | x both legs at once |"
+echo "|---|---:|"
+for t in "${TARGETS[@]}"; do
+    [[ $t == mirrorfs-2* ]] || continue
+    echo "| $t | $(awk -v v="${VAL[seqwrite,$t]:-}" -v l="${VAL[seqwrite2,leg]:-}" 'BEGIN {
+        if (v !~ /^[0-9.]+$/ || l !~ /^[0-9.]+$/ || v == 0 || l == 0) { print "-"; exit }
+        printf "%.2f", v / l }') |"
+done
+echo
 echo "## Each mirrorfs daemon's CPU time per request it answered (microseconds; user + system, all its threads)"
 echo
 printf "| %-10s |" step
@@ -488,6 +516,8 @@ fi
 echo "cold: after sync and drop_caches; warm: right after the cold pass; warm again: the pass after that. A FUSE" \
     "file system's first pass after a cold one asks the daemon for each directory's or file's attributes once more:" \
     "the kernel marks the atime stale after every read it sent on (fuse_invalidate_atime). tar and git clone are timed without a final sync."
+echo "seqwrite2 (leg only): the same write to a directory on each leg at once, two fio jobs side by side; the slower" \
+    "job's figure. It is what a two-leg mirror must do; the two loop images here share one disk and the machine's CPUs."
 fi # ONLY_MANY
 
 # ------------------------------------------------------------------------------ MANY
