@@ -82,6 +82,8 @@ fn first_difference(a: &[u8], b: &[u8]) -> Option<usize> {
 fn one_sequential_reader_is_read_ahead_by_both_disks() {
     require_fuse!();
     let rig = Rig::new(&[], 96);
+    let pid = rig.mounted.pids()[0];
+    let rss_before = rss_mib(pid);
     let before = rig.leg_read_bytes();
     let t = Instant::now();
     let got = read_direct(&rig.file(), MIB);
@@ -119,6 +121,29 @@ fn one_sequential_reader_is_read_ahead_by_both_disks() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(n_held(&rig), 0, "{}", rig.readahead());
+    // And the memory goes back to the system: glibc kept the freed 16 MiB buffers in its
+    // heaps until the daemon asked it to give them back.
+    let t = Instant::now();
+    while rss_mib(pid) > rss_before + 32 && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let rss_after = rss_mib(pid);
+    assert!(
+        rss_after <= rss_before + 32,
+        "daemon RSS {rss_before} MiB before the read, {rss_after} MiB 5 s after the read-ahead \
+         gave its buffers back"
+    );
+}
+
+/// The resident memory of process `pid`, MiB.
+fn rss_mib(pid: i32) -> u64 {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("VmRSS")
+        / 1024
 }
 
 fn n_held(rig: &Rig) -> u64 {

@@ -26,7 +26,7 @@ use numbers::Numbers;
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// The root's inode number (FUSE's `FUSE_ROOT_ID`).
@@ -37,17 +37,6 @@ pub const CONTROL_INO: u64 = 2;
 
 /// Inodes forgotten between two tidyings of memory ([`InodeTable::tidy`]).
 const TIDY_EVERY: usize = 8192;
-
-/// How long the kernel must have let go of nothing more before the freed memory is given back.
-/// A mass removal (`rm -rf` of a tree whose inodes were dropped from the kernel's caches) keeps
-/// few inodes live, so it asks for a tidy every 64 forgets for as long as it runs. Giving the
-/// memory back at each (`malloc_trim`) took CPU from the removal: one `rm -rf` of /usr/include
-/// started 60 trimming threads and made 3,426 `madvise` calls; now 5 and 139, and the daemon
-/// used about an eighth less CPU.
-const TRIM_QUIET: std::time::Duration = std::time::Duration::from_millis(100);
-
-/// Times the memory was given back ([`InodeTable::tidy`]), for the tests.
-static TRIMS: AtomicUsize = AtomicUsize::new(0);
 
 /// One object of the mirror.
 pub struct Inode {
@@ -612,38 +601,12 @@ impl InodeTable {
     /// After many inodes were forgotten (the kernel let go of a large tree): lets go of the
     /// fd cache's references to dead inodes (each keeps the dead inode's memory allocated),
     /// then has the allocator give the freed memory back, on a thread of its own, once the
-    /// forgets have paused for [`TRIM_QUIET`]. Without
+    /// forgets have paused for [`sys::host::TRIM_QUIET`]. Without
     /// this, the daemon's resident memory stays at its peak after the kernel forgot every
     /// inode: free, but in pages that also hold a few live blocks, or that glibc keeps.
     fn tidy(&self) {
         self.cache.prune();
-        // One trimming thread at a time; a tidy that finds it running asks it to go again,
-        // since the inodes dropped meanwhile (other threads drop theirs outside the table's
-        // lock) are freed after its trim began.
-        static GIVING_BACK: AtomicBool = AtomicBool::new(false);
-        static AGAIN: AtomicBool = AtomicBool::new(false);
-        AGAIN.store(true, Ordering::Release);
-        if !GIVING_BACK.swap(true, Ordering::AcqRel) {
-            let spawned = std::thread::Builder::new()
-                .name("mirrorfs-trim".into())
-                .spawn(|| loop {
-                    // Once the forgets have paused for TRIM_QUIET.
-                    while AGAIN.swap(false, Ordering::AcqRel) {
-                        std::thread::sleep(TRIM_QUIET);
-                    }
-                    sys::host::give_back_free_memory();
-                    TRIMS.fetch_add(1, Ordering::Relaxed);
-                    GIVING_BACK.store(false, Ordering::Release);
-                    // A tidy that came during the trim found this thread running and started
-                    // none: go again for it, unless one has started since.
-                    if !AGAIN.load(Ordering::Acquire) || GIVING_BACK.swap(true, Ordering::AcqRel) {
-                        break;
-                    }
-                });
-            if spawned.is_err() {
-                GIVING_BACK.store(false, Ordering::Release);
-            }
-        }
+        sys::host::give_back_free_memory_soon();
     }
 
     /// Attaches `leg` (just brought in sync) to every live inode: `root` becomes the root's
@@ -801,22 +764,22 @@ mod tests {
     #[test]
     fn memory_is_given_back_once_the_forgets_pause() {
         let t = InodeTable::new(vec![None], &[], 64);
-        let before = TRIMS.load(Ordering::Relaxed);
+        let before = sys::host::trims();
         // A tidy every 10 ms for 300 ms, as a long `rm -rf` asks for them: no trim meanwhile.
         for _ in 0..30 {
             t.tidy();
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
-        let during = TRIMS.load(Ordering::Relaxed) - before;
+        let during = sys::host::trims() - before;
         // Then one, once they have paused.
         let start = std::time::Instant::now();
-        while TRIMS.load(Ordering::Relaxed) == before + during
+        while sys::host::trims() == before + during
             && start.elapsed() < std::time::Duration::from_secs(10)
         {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
-        std::thread::sleep(3 * TRIM_QUIET);
-        let after = TRIMS.load(Ordering::Relaxed) - before;
+        std::thread::sleep(3 * sys::host::TRIM_QUIET);
+        let after = sys::host::trims() - before;
         // Other tests tidy too, and a thread of this one may sleep past TRIM_QUIET under
         // load: a few trims at most, where trimming at each tidy made about 30.
         assert!(during <= 2, "{during} trims while tidies kept coming");
