@@ -53,6 +53,16 @@ pub struct Counters {
     pub engaged: AtomicU64,
     /// Plans whose buffers a change of the file dropped, since the mount.
     pub invalidated: AtomicU64,
+    /// Times the read-ahead, left holding nothing, asked for its memory to be given back.
+    pub gave_back: AtomicU64,
+}
+
+impl Counters {
+    /// The read-ahead holds nothing now: its freed buffers go back to the system.
+    fn give_back(&self) {
+        self.gave_back.fetch_add(1, Ordering::Relaxed);
+        sys::host::give_back_free_memory_soon();
+    }
 }
 
 /// The read-ahead of one mount: the memory limit, the figures and a thread per leg.
@@ -123,16 +133,22 @@ impl Stream {
     pub fn release(&self) {
         let mut st = self.st.lock();
         st.dead = true;
-        self.free(&mut st, |_| true);
+        if self.free(&mut st, |_| true) {
+            self.counters.give_back();
+        }
         st.plan.stop();
         self.arrived.notify_all();
     }
 
-    /// Frees the buffers `which` selects. Once the mount's read-ahead holds nothing, the
-    /// allocator is asked to give the memory back: glibc keeps freed 16 MiB buffers in its
-    /// heaps (after one is freed it serves the next from them rather than from `mmap`), and a
-    /// daemon that had read ahead 128 MiB then stayed at 218-326 MiB.
-    fn free(&self, st: &mut PlanState, which: impl Fn(&Buf) -> bool) {
+    /// Frees the buffers `which` selects; true when that left the mount's read-ahead holding
+    /// nothing. The caller then asks the allocator to give the memory back
+    /// ([`sys::host::give_back_free_memory_soon`]) once it will not take more at once: glibc
+    /// keeps freed 16 MiB buffers in its heaps (after one is freed it serves the next from them
+    /// rather than from `mmap`), and a daemon that had read ahead 128 MiB then stayed at
+    /// 218-326 MiB. A stream going on frees the extents behind its reader before it takes the
+    /// next ones, and must not have the heaps trimmed in between.
+    #[must_use]
+    fn free(&self, st: &mut PlanState, which: impl Fn(&Buf) -> bool) -> bool {
         let mut emptied = false;
         st.bufs.retain(|b| {
             if which(b) {
@@ -142,9 +158,7 @@ impl Stream {
                 true
             }
         });
-        if emptied {
-            sys::host::give_back_free_memory_soon();
-        }
+        emptied
     }
 
     /// Whether the plan is over (stopped, nothing held): the caller forgets it.
@@ -439,7 +453,7 @@ impl ReadAhead {
         // an extent is freed once the reader is well past it.
         let behind = req.offset.saturating_sub(4 * CHUNK);
         let freed = st.plan.release_behind(behind);
-        stream.free(&mut st, |b| freed.contains(&b.index));
+        let emptied = stream.free(&mut st, |b| freed.contains(&b.index));
         let held = self.counters.held.load(Ordering::Relaxed);
         let room = (limit.saturating_sub(held) / EXTENT) as usize;
         let fetching = st.fetching.clone();
@@ -477,6 +491,9 @@ impl ReadAhead {
             }
         }
         drop(st);
+        if emptied && self.counters.held.load(Ordering::Relaxed) == 0 {
+            self.counters.give_back();
+        }
         for leg in start_on {
             let s = stream.clone();
             if !self.submit(leg, Box::new(move || s.run_fetches(leg))) {
@@ -484,7 +501,9 @@ impl ReadAhead {
                 // legs as usual.
                 let mut st = stream.st.lock();
                 st.fetching[leg] = false;
-                stream.free(&mut st, |b| b.leg == leg && !b.started);
+                if stream.free(&mut st, |b| b.leg == leg && !b.started) {
+                    self.counters.give_back();
+                }
             }
         }
     }
@@ -678,6 +697,40 @@ mod tests {
         // Not the extent the reader was in.
         assert!(log.iter().all(|&(_, o)| o >= 2 * EXTENT));
         assert!(ra.counters().served.load(Ordering::Relaxed) >= 2 << 20);
+    }
+
+    #[test]
+    fn the_memory_goes_back_when_the_stream_ends_not_while_it_moves_on() {
+        let ra = ReadAhead::new(2, 2 * EXTENT);
+        let slot = Mutex::new(None);
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let views = || vec![disk(0, 0), disk(1, 0)];
+        ra.step(&slot, 1, &views, &req(EXTENT + 5), || {
+            file(1 << 40, log.clone())
+        });
+        let s = slot.lock().clone().expect("engaged");
+        wait_held(&ra, &s, 2 * EXTENT);
+        // Extent 3 starts once the reader has left extent 1.
+        ra.step(&slot, 1, &views, &req(2 * EXTENT), || unreachable!());
+        wait_held(&ra, &s, 3 * EXTENT);
+        let held = &ra.counters().held;
+        assert_eq!(held.load(Ordering::Relaxed), 2 * EXTENT);
+        // The reader is past both held extents: they are freed, and the next two taken in
+        // the same step. The mount held nothing for a moment, but the stream goes on.
+        ra.step(
+            &slot,
+            1,
+            &views,
+            &req(4 * EXTENT + 5 * CHUNK),
+            || unreachable!(),
+        );
+        assert!(held.load(Ordering::Relaxed) > 0);
+        assert!(ra.serve(&s, 3 * EXTENT, 4096).is_none());
+        assert_eq!(ra.counters().gave_back.load(Ordering::Relaxed), 0);
+        // The last close: everything goes, and back to the system.
+        s.release();
+        assert_eq!(held.load(Ordering::Relaxed), 0);
+        assert_eq!(ra.counters().gave_back.load(Ordering::Relaxed), 1);
     }
 
     #[test]
