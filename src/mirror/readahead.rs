@@ -24,7 +24,7 @@ use crate::leg::{InflightGuard, LegIdx};
 use crate::policy::extents::{self, Extents, CHUNK, EXTENT};
 use crate::policy::{LegView, ReadRequest};
 use crate::sys;
-use crate::sys::aligned::AlignedBuf;
+use crate::sys::aligned::Mapped;
 use crossbeam_channel::{unbounded, Sender};
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -89,7 +89,8 @@ struct Buf {
     leg: LegIdx,
     start: u64,
     len: u64,
-    data: Vec<u8>,
+    /// A mapping of its own ([`Mapped`]): given back to the system when the extent is freed.
+    data: Mapped,
     /// Its first chunk was handed to the leg's thread.
     started: bool,
     /// Every chunk arrived (`data` may be shorter than `len` at the end of the file).
@@ -170,6 +171,8 @@ impl Stream {
     /// Fetches the extents of `leg`, in order, until none is left unstarted (runs on the
     /// leg's read-ahead thread).
     fn run_fetches(self: &Arc<Self>, leg: LegIdx) {
+        // What each chunk is read into, page-aligned for `O_DIRECT`; one for the run.
+        let mut chunk = Mapped::with_capacity(CHUNK as usize);
         loop {
             let next = {
                 let mut st = self.st.lock();
@@ -212,17 +215,27 @@ impl Stream {
             let Some((index, start, len)) = next else {
                 return;
             };
-            self.fetch_extent(leg, index, start, len);
+            match chunk.as_mut() {
+                Ok(chunk) => self.fetch_extent(leg, index, start, len, chunk),
+                Err(_) => self.extent_failed(index),
+            }
         }
     }
 
-    fn fetch_extent(&self, leg: LegIdx, index: u64, start: u64, len: u64) {
+    /// The extent `index` cannot be fetched: reads of it go to the legs.
+    fn extent_failed(&self, index: u64) {
+        let mut st = self.st.lock();
+        if let Some(b) = st.bufs.iter_mut().find(|b| b.index == index) {
+            b.failed = true;
+        }
+        self.arrived.notify_all();
+    }
+
+    fn fetch_extent(&self, leg: LegIdx, index: u64, start: u64, len: u64, chunk: &mut Mapped) {
         let mut done = 0u64;
-        // Aligned, so that the fetch may read the leg with O_DIRECT.
-        let mut chunk = AlignedBuf::new(CHUNK as usize);
         while done < len {
             let want = CHUNK.min(len - done) as usize;
-            let r = (self.fetch)(leg, start + done, &mut chunk.as_mut_slice()[..want]);
+            let r = (self.fetch)(leg, start + done, &mut chunk.whole_mut()[..want]);
             let mut st = self.st.lock();
             let Some(b) = st.bufs.iter_mut().find(|b| b.index == index) else {
                 // Released (the reader passed it) or dropped (the file changed).
@@ -230,7 +243,7 @@ impl Stream {
             };
             match r {
                 Ok(n) => {
-                    b.data.extend_from_slice(&chunk.as_slice()[..n]);
+                    b.data.extend_from_slice(&chunk.whole_mut()[..n]);
                     done += n as u64;
                     self.counters.fetched.fetch_add(n as u64, Ordering::Relaxed);
                     if n < want {
@@ -359,7 +372,7 @@ impl ReadAhead {
                     if from >= to {
                         break;
                     }
-                    out.extend_from_slice(&b.data[from..to]);
+                    out.extend_from_slice(&b.data.as_slice()[from..to]);
                     at = b.start + to as u64;
                     if to < (b.len as usize).min((end - b.start) as usize) {
                         break;
@@ -475,15 +488,17 @@ impl ReadAhead {
         let mut start_on = Vec::new();
         for f in wanted {
             self.counters.held.fetch_add(EXTENT, Ordering::Relaxed);
+            // No memory for it: the extent stands failed, and its reads go to the legs.
+            let data = Mapped::with_capacity(f.len as usize);
             st.bufs.push(Buf {
                 index: f.index,
                 leg: f.leg,
                 start: f.offset,
                 len: f.len,
-                data: Vec::with_capacity(f.len as usize),
+                failed: data.is_err(),
+                data: data.unwrap_or_else(|_| Mapped::empty()),
                 started: false,
                 done: false,
-                failed: false,
             });
             if !st.fetching[f.leg] {
                 st.fetching[f.leg] = true;

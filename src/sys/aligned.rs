@@ -57,6 +57,105 @@ impl AlignedBuf {
     }
 }
 
+/// A large buffer that is a memory mapping of its own: filled from the start, up to the
+/// capacity it was made with, and given back to the system when dropped. For buffers of many
+/// MiB that come and go (the read-ahead's extents): from the allocator, they stayed in its
+/// heaps once freed, spread over its per-thread arenas, and the daemon's memory grew past
+/// what it held. Pages cost nothing until written; the start is page-aligned, so `O_DIRECT`
+/// reads may fill it.
+pub struct Mapped {
+    ptr: std::ptr::NonNull<u8>,
+    /// Bytes mapped (0: nothing is).
+    cap: usize,
+    /// Bytes filled.
+    len: usize,
+}
+
+// SAFETY: a mapping owned exclusively by the value, like a Vec<u8>'s heap block.
+unsafe impl Send for Mapped {}
+// SAFETY: shared access only reads the filled bytes.
+unsafe impl Sync for Mapped {}
+
+impl Mapped {
+    /// A buffer with no room, which maps nothing.
+    pub fn empty() -> Mapped {
+        Mapped {
+            ptr: std::ptr::NonNull::dangling(),
+            cap: 0,
+            len: 0,
+        }
+    }
+
+    /// An empty buffer with room for `cap` bytes; Err when the mapping cannot be made.
+    pub fn with_capacity(cap: usize) -> std::io::Result<Mapped> {
+        if cap == 0 {
+            return Ok(Mapped::empty());
+        }
+        // SAFETY: a fresh private anonymous mapping; no existing memory is touched.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                cap,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        let ptr = std::ptr::NonNull::new(p as *mut u8).ok_or_else(std::io::Error::last_os_error)?;
+        Ok(Mapped { ptr, cap, len: 0 })
+    }
+
+    /// The bytes filled.
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: the first `len` bytes are within the mapping (or `len` is 0).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// Every byte of the capacity (zeroes where never written), to fill; then
+    /// [`set_len`](Self::set_len).
+    pub fn whole_mut(&mut self) -> &mut [u8] {
+        // SAFETY: the mapping holds `cap` initialised bytes; `&mut self` makes this the only
+        // reference.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.cap) }
+    }
+
+    /// Says how many bytes from the start are filled (clipped to the capacity).
+    pub fn set_len(&mut self, len: usize) {
+        self.len = len.min(self.cap);
+    }
+
+    /// Appends as much of `data` as there is room for; the bytes appended.
+    pub fn extend_from_slice(&mut self, data: &[u8]) -> usize {
+        let n = data.len().min(self.cap - self.len);
+        let at = self.len;
+        self.whole_mut()[at..at + n].copy_from_slice(&data[..n]);
+        self.len += n;
+        n
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        if self.cap > 0 {
+            // SAFETY: the mapping was made with this length and no reference to it outlives
+            // the value.
+            unsafe { libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, self.cap) };
+        }
+    }
+}
+
 /// Memory a caller lends a read to fill in place (a FUSE ring entry's payload), so that the
 /// data is never copied from a buffer of the read's own into the answer.
 ///
@@ -136,6 +235,22 @@ impl Drop for AlignedBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mapped_buffer_fills_up_to_its_capacity() {
+        let mut m = Mapped::with_capacity(3 << 20).unwrap();
+        assert!(m.is_empty() && is_aligned(m.whole_mut(), 0));
+        assert_eq!(m.extend_from_slice(&[7u8; 2 << 20]), 2 << 20);
+        assert_eq!(m.extend_from_slice(&[9u8; 2 << 20]), 1 << 20);
+        assert_eq!(m.len(), 3 << 20);
+        assert_eq!(m.as_slice()[(2 << 20) - 1..(2 << 20) + 1], [7, 9]);
+        m.set_len(1);
+        assert_eq!(m.as_slice(), [7]);
+        drop(m);
+        let empty = Mapped::with_capacity(0).unwrap();
+        assert!(Mapped::empty().as_slice().is_empty());
+        assert!(empty.as_slice().is_empty());
+    }
 
     #[test]
     fn aligned_and_sized() {
