@@ -660,6 +660,22 @@ mod tests {
         }
     }
 
+    fn two_disks() -> Vec<LegView> {
+        vec![disk(0, 0), disk(1, 0)]
+    }
+
+    /// A plan engaged on a large file by a reader 16 MiB in, on [`two_disks`]: the file's
+    /// slot and the plan.
+    fn engaged(ra: &ReadAhead) -> (Mutex<Option<Arc<Stream>>>, Arc<Stream>) {
+        let slot = Mutex::new(None);
+        let log = Arc::new(Mutex::new(Vec::new()));
+        ra.step(&slot, 1, &two_disks, &req(EXTENT + 5), || {
+            file(1 << 40, log)
+        });
+        let s = slot.lock().clone().expect("engaged");
+        (slot, s)
+    }
+
     fn wait_held(ra: &ReadAhead, s: &Stream, offset: u64) -> Vec<u8> {
         ra.serve(s, offset, 1 << 20).expect("held")
     }
@@ -717,13 +733,8 @@ mod tests {
     #[test]
     fn the_memory_goes_back_when_the_stream_ends_not_while_it_moves_on() {
         let ra = ReadAhead::new(2, 2 * EXTENT);
-        let slot = Mutex::new(None);
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let views = || vec![disk(0, 0), disk(1, 0)];
-        ra.step(&slot, 1, &views, &req(EXTENT + 5), || {
-            file(1 << 40, log.clone())
-        });
-        let s = slot.lock().clone().expect("engaged");
+        let views = two_disks;
+        let (slot, s) = engaged(&ra);
         wait_held(&ra, &s, 2 * EXTENT);
         // Extent 3 starts once the reader has left extent 1.
         ra.step(&slot, 1, &views, &req(2 * EXTENT), || unreachable!());
@@ -751,13 +762,8 @@ mod tests {
     #[test]
     fn a_change_of_the_file_drops_the_buffers() {
         let ra = ReadAhead::new(2, 256 << 20);
-        let slot = Mutex::new(None);
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let views = || vec![disk(0, 0), disk(1, 0)];
-        ra.step(&slot, 1, &views, &req(EXTENT + 5), || {
-            file(1 << 40, log.clone())
-        });
-        let s = slot.lock().clone().unwrap();
+        let views = two_disks;
+        let (slot, s) = engaged(&ra);
         assert!(ra.serve(&s, 2 * EXTENT, 4096).is_some());
         s.invalidate();
         assert!(ra.serve(&s, 2 * EXTENT, 4096).is_none());
@@ -832,13 +838,7 @@ mod tests {
         let (_d, m) = test_mirror::plain(2);
         let ra = m.readahead();
         ra.set_limit(256 << 20);
-        let slot = Mutex::new(None);
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let views = || vec![disk(0, 0), disk(1, 0)];
-        ra.step(&slot, 1, &views, &req(EXTENT + 5), || {
-            file(1 << 40, log.clone())
-        });
-        let s = slot.lock().clone().expect("engaged");
+        let (slot, s) = engaged(ra);
         // The policy is `first`: the mirror's step gives the plan up instead of running it.
         let never = || -> FetchFn { panic!("engaged again") };
         m.read_ahead_step(&slot, 1, &[0, 1], &req(EXTENT + 6), never);
