@@ -519,7 +519,9 @@ else
 fi
 echo "cold: after sync and drop_caches; warm: right after the cold pass; warm again: the pass after that. A FUSE" \
     "file system's first pass after a cold one asks the daemon for each directory's or file's attributes once more:" \
-    "the kernel marks the atime stale after every read it sent on (fuse_invalidate_atime). tar and git clone are timed without a final sync."
+    "the kernel marks the atime stale after every read it sent on (fuse_invalidate_atime). tar and git clone are timed without a final sync." \
+    "rm -rf runs on a cold tree: the git step before it ends with a drop_caches, so every entry is looked up anew," \
+    "on each leg of a mirror."
 echo "seqwrite2 (leg only): the same write to a directory on each leg at once, two fio jobs side by side; the slower" \
     "job's figure. It is what a two-leg mirror must do; the two loop images here share one disk and the machine's CPUs." \
     "seqwrite2 runs after a drop_caches, seqwrite (as in every earlier run) without one."
