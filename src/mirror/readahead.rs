@@ -142,12 +142,11 @@ impl Stream {
     }
 
     /// Frees the buffers `which` selects; true when that left the mount's read-ahead holding
-    /// nothing. The caller then asks the allocator to give the memory back
-    /// ([`sys::host::give_back_free_memory_soon`]) once it will not take more at once: glibc
-    /// keeps freed 16 MiB buffers in its heaps (after one is freed it serves the next from them
-    /// rather than from `mmap`), and a daemon that had read ahead 128 MiB then stayed at
-    /// 218-326 MiB. A stream going on frees the extents behind its reader before it takes the
-    /// next ones, and must not have the heaps trimmed in between.
+    /// nothing. An extent's own memory goes back to the system as it is dropped ([`Mapped`]);
+    /// the caller then asks for what the reads it served left in the allocator's heaps (their
+    /// copies) to go back too ([`sys::host::give_back_free_memory_soon`]), once it will not
+    /// take more at once: a stream going on frees the extents behind its reader before it
+    /// takes the next ones, and must not have the heaps trimmed in between.
     #[must_use]
     fn free(&self, st: &mut PlanState, which: impl Fn(&Buf) -> bool) -> bool {
         let mut emptied = false;
