@@ -41,6 +41,13 @@ pub const WINDOW_PER_LEG: usize = 2;
 /// a leg at half the speed of the stream's gives nothing, and an SSD beside a disk is far
 /// beyond. The figures are noisy (a leg measured by one probe), so the margin is wide.
 const SAME_SPEED: f64 = 1.9;
+/// A leg's bandwidth keeps it out ([`SAME_SPEED`]) only once it rests on this many reads. An
+/// idle leg's first figure is the one read that follows the policy's first probe of it, and on
+/// a loaded machine that read can take several times the disk's time (31 against 123 MB/s for
+/// two equal disks, seen under CPU load): the leg looked slower than it is, and since a stream
+/// that stays on its own leg gives the idle one no more contiguous reads, its figure stayed so
+/// and no stream engaged. Taking part, the leg reads extents, whose reads correct it.
+const SAME_SPEED_MIN_READS: u32 = 2;
 /// A leg whose positioning cost is at least this (µs) is a disk for this purpose; flash and
 /// throttled devices are served better by `auto`'s spreading of whole reads.
 const POSITIONAL_SEEK_US: u32 = 1000;
@@ -104,7 +111,11 @@ pub fn engage(
     if own.inflight > own_inflight(own.idx) {
         return None;
     }
-    let same_speed = |v: &LegView| match (own.read_bandwidth, v.read_bandwidth) {
+    let judged = |v: &LegView| {
+        v.read_bandwidth
+            .filter(|_| v.read_bandwidth_reads >= SAME_SPEED_MIN_READS)
+    };
+    let same_speed = |v: &LegView| match (judged(own), judged(v)) {
         (Some(a), Some(b)) if a > 0 && b > 0 => {
             let (a, b) = (a as f64, b as f64);
             a.max(b) / a.min(b) <= SAME_SPEED
@@ -280,6 +291,7 @@ mod tests {
             inflight,
             seek_us: Some(5000),
             read_bandwidth: Some(150_000_000),
+            read_bandwidth_reads: 8,
             ..Default::default()
         }
     }
@@ -355,6 +367,20 @@ mod tests {
         assert_eq!(
             engage(&[disk(0, 3), slow(100_000_000)], &confirmed(0, 0), &idle),
             Some(vec![1, 0])
+        );
+        // A figure from one read (the one after a probe, which a loaded machine can stretch)
+        // does not keep the leg out; from two it does.
+        let once = |reads| LegView {
+            read_bandwidth_reads: reads,
+            ..slow(31_000_000)
+        };
+        assert_eq!(
+            engage(&[disk(0, 3), once(1)], &confirmed(0, 0), &idle),
+            Some(vec![1, 0])
+        );
+        assert_eq!(
+            engage(&[disk(0, 3), once(2)], &confirmed(0, 0), &idle),
+            None
         );
         // Flash: no positioning cost, `auto` spreads whole reads instead.
         let flash = |idx| LegView {

@@ -55,6 +55,8 @@ pub struct LegView {
     pub large_read_us: Option<u32>,
     /// Measured bandwidth of large reads, bytes per second; `None` until measured.
     pub read_bandwidth: Option<u64>,
+    /// How many large reads `read_bandwidth` rests on (0 while it is `None`).
+    pub read_bandwidth_reads: u32,
     /// Where the last read this leg served ended: (file, offset). Updated when a read is
     /// handed to the leg (md's `next_seq_sect`), not when it completes.
     pub last_read_end: Option<(u64, u64)>,

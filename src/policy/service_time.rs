@@ -194,6 +194,11 @@ impl ServiceTime {
         Some((1e6 * self.large_bytes.get()? / self.large_busy_us.get()?.max(1e-6)) as u64)
     }
 
+    /// How many large reads the bandwidth rests on (0 while there is none).
+    pub fn read_bandwidth_reads(&self) -> u32 {
+        self.large_bytes.samples
+    }
+
     /// Mean positioning cost, µs: how much longer than its bytes at [`read_bandwidth`] a large
     /// read handed to an idle leg took when it did not continue the leg's previous read.
     /// `None` until such a read has been seen.
@@ -211,6 +216,7 @@ impl ServiceTime {
         view.small_read_us = self.small_read_us();
         view.large_read_us = self.large_read_us();
         view.read_bandwidth = self.read_bandwidth();
+        view.read_bandwidth_reads = self.read_bandwidth_reads();
         view.seek_us = self.seek_us();
         view.seek_sampled_us = self.last_jump_us;
         view.last_done_us = self.last_finish_us;
