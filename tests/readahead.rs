@@ -22,7 +22,9 @@ fn pattern(len: usize) -> Vec<u8> {
 /// read's time on a leg the policy probed is one sample. With two of these tests at once on a
 /// 2-CPU machine, the other test's three FUSE servers and its reader stretched such a sample
 /// to 4 times the leg's speed: the stream saw a slower leg and did not engage (a CI failure of
-/// `a_write_to_a_range_read_ahead_is_seen_by_the_next_read`). So they run one at a time.
+/// `a_write_to_a_range_read_ahead_is_seen_by_the_next_read`). The policy no longer lets a
+/// figure from one read keep a disk out (`extents::SAME_SPEED_MIN_READS`), but the timings
+/// these tests rest on are steadier without a second test beside them: they run one at a time.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Two disk-model legs flagged rotational, mirrorfs on them with `opts`, and a file `f` of
@@ -229,7 +231,7 @@ fn a_write_to_a_range_read_ahead_is_seen_by_the_next_read() {
     // 20 MiB: the stream engages at 16 MiB and the disks read extents 2 and 3 (32 to 64 MiB).
     // Whether it engages also follows the legs' measured speeds, which a loaded machine can
     // sway (see [`ONE_AT_A_TIME`]): a pass that did not engage is read again by a new open,
-    // 2 s later, when the policy probes the idle leg again.
+    // 2 s later (a new probe of the idle leg).
     let mut passes = Vec::new();
     let f = loop {
         let f = OpenOptions::new()

@@ -155,10 +155,7 @@ impl Stream {
     /// and must not have the heaps trimmed in between.
     #[must_use]
     fn free(&self, st: &mut PlanState, which: impl Fn(&Buf) -> bool) -> (Vec<Buf>, bool) {
-        let (gone, kept): (Vec<Buf>, Vec<Buf>) = std::mem::take(&mut st.bufs)
-            .into_iter()
-            .partition(|b| which(b));
-        st.bufs = kept;
+        let gone: Vec<Buf> = st.bufs.extract_if(.., |b| which(b)).collect();
         let mut emptied = false;
         for _ in &gone {
             emptied |= self.counters.held.fetch_sub(EXTENT, Ordering::Relaxed) == EXTENT;
