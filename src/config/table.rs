@@ -372,9 +372,9 @@ pub static OPTIONS: &[OptionSpec] = &[
         name: "ring_poll",
         opposite: None,
         form: "N",
-        default: "50",
+        default: "200",
         live: None,
-        doc: "microseconds a queue's reader (io_uring) looks for a completion before it sleeps, while reads are under way: CPU time spent to answer reads sooner (0: sleep at once; see Transport)",
+        doc: "the longest a queue's reader (io_uring) looks for a completion before it sleeps, in microseconds, while reads are under way and come back sooner than that on average: CPU time spent to answer reads sooner (0: sleep at once; see Transport)",
         apply: |c, g| {
             c.ring_poll = std::time::Duration::from_micros(value::count(text(g)?, 0, 10_000)?);
             Ok(())

@@ -330,15 +330,17 @@ fn serve_reads(
         free: Vec::new(),
     };
     let mut done = Vec::with_capacity(4 * DEPTH);
+    let mut poll = PollWindow::new(q.poll);
     loop {
-        // Polling for a while before sleeping answers reads sooner: a sleeping thread waits
-        // to be woken, which an idle CPU of a virtual machine does slowly. Only while reads
-        // are under way: an idle reader sleeps at once.
-        let poll = match ring.reads_under_way() > 0 {
-            true => q.poll,
-            false => std::time::Duration::ZERO,
-        };
-        ring.submit_and_poll(poll)?;
+        // Only while reads are under way: an idle reader sleeps at once.
+        match ring.reads_under_way() > 0 {
+            true => {
+                let t = std::time::Instant::now();
+                ring.submit_and_poll(poll.window())?;
+                poll.waited(t.elapsed());
+            }
+            false => ring.submit_and_poll(std::time::Duration::ZERO)?,
+        }
         done.clear();
         ring.reap(&mut done)?;
         for d in done.drain(..) {
@@ -514,6 +516,41 @@ impl Reader<'_> {
     }
 }
 
+/// How long the reader looks for a completion before it sleeps, while reads are under way.
+/// Polling answers reads sooner: a sleeping thread waits to be woken, which an idle CPU of a
+/// virtual machine does slowly, and a wake-up that comes late leaves the legs with fewer reads
+/// to do. It costs CPU time, and pays only when completions come within the window: the reader
+/// keeps the mean time it waited for the next one, and while that is longer than the window
+/// (slow disks, such as a rotating one at a few hundred reads a second) it sleeps at once
+/// instead of spending the window on every turn.
+struct PollWindow {
+    max: std::time::Duration,
+    /// The mean wait, in nanoseconds, each new wait weighing 1/8.
+    mean_wait: u64,
+}
+
+impl PollWindow {
+    fn new(max: std::time::Duration) -> PollWindow {
+        PollWindow { max, mean_wait: 0 }
+    }
+
+    fn window(&self) -> std::time::Duration {
+        match self.mean_wait > self.max.as_nanos() as u64 {
+            true => std::time::Duration::ZERO,
+            false => self.max,
+        }
+    }
+
+    /// The reader waited `d` for its next completion (polling, sleeping, or both). A wait
+    /// counts as at most four windows, so one long wait among short ones (a tail) does not
+    /// stop the polling.
+    fn waited(&mut self, d: std::time::Duration) {
+        let cap = 4 * self.max.as_nanos().min(u64::MAX as u128 / 32) as u64;
+        let d = d.as_nanos().min(cap as u128) as u64;
+        self.mean_wait = (self.mean_wait * 7 + d) / 8;
+    }
+}
+
 /// Starts the threads of one queue per possible CPU on the connection `dev`, each thread
 /// saying on `ended` when it ends (how, and under which name); returns the number of queues
 /// and of threads once every entry is registered (the kernel then sends requests on the
@@ -575,4 +612,64 @@ pub fn start(
         }
     }
     Ok((queues, threads))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PollWindow;
+    use std::time::Duration;
+
+    const US: Duration = Duration::from_micros(1);
+
+    #[test]
+    fn the_reader_polls_while_completions_come_within_the_window() {
+        let mut p = PollWindow::new(200 * US);
+        assert_eq!(p.window(), 200 * US, "no wait seen yet: poll");
+        for _ in 0..100 {
+            p.waited(30 * US);
+        }
+        assert_eq!(p.window(), 200 * US);
+        // A long wait among many short ones (a tail): still worth polling.
+        p.waited(2_000 * US);
+        assert_eq!(p.window(), 200 * US);
+        p.waited(30 * US);
+        p.waited(2_000 * US);
+        assert_eq!(p.window(), 200 * US);
+    }
+
+    #[test]
+    fn slow_disks_make_the_reader_sleep_at_once_until_they_answer_faster() {
+        let mut p = PollWindow::new(200 * US);
+        for _ in 0..20 {
+            p.waited(5_000 * US);
+        }
+        assert_eq!(
+            p.window(),
+            Duration::ZERO,
+            "a 5 ms disk: polling would only burn CPU"
+        );
+        let mut turns = 0;
+        while p.window().is_zero() {
+            p.waited(40 * US);
+            turns += 1;
+            assert!(turns < 100, "never polls again");
+        }
+        assert_eq!(p.window(), 200 * US);
+    }
+
+    #[test]
+    fn ring_poll_0_never_polls_and_huge_waits_do_not_overflow() {
+        let mut p = PollWindow::new(Duration::ZERO);
+        assert_eq!(p.window(), Duration::ZERO);
+        p.waited(Duration::MAX);
+        p.waited(Duration::MAX);
+        assert_eq!(p.window(), Duration::ZERO);
+        let mut p = PollWindow::new(200 * US);
+        p.waited(Duration::MAX);
+        assert_eq!(p.window(), 200 * US, "one wait, however long, is a tail");
+        for _ in 0..5 {
+            p.waited(Duration::MAX);
+        }
+        assert_eq!(p.window(), Duration::ZERO);
+    }
 }
