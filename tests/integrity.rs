@@ -1124,3 +1124,35 @@ fn wait_committed_or_off(mnt: &Path) {
         wait_committed(mnt);
     }
 }
+
+/// A file's checksums go with its last name (an unlink, or a rename over it), and stay while
+/// another name keeps the file: the remove path finds the file's identity by its name on the
+/// metadata leg.
+#[test]
+fn checksums_go_with_a_files_last_name_and_stay_while_another_keeps_it() {
+    require_fuse!();
+    require_tool!("getfattr");
+    let m = TestMirror::new(2).mount();
+    let mnt = m.mnt().to_path_buf();
+    let covered = || {
+        wait_committed(&mnt);
+        let ig = stats(&mnt).integrity.unwrap();
+        (ig.files_covered, ig.bytes_covered)
+    };
+    fs::write(m.path("a"), pattern(100_000, 1)).unwrap();
+    fs::write(m.path("b"), pattern(50_000, 2)).unwrap();
+    fs::hard_link(m.path("b"), m.path("b2")).unwrap();
+    assert_eq!(covered(), (2, 150_000));
+    fs::remove_file(m.path("b2")).unwrap();
+    assert_eq!(covered(), (2, 150_000), "b keeps the file");
+    drop_caches();
+    assert_bytes_eq(&fs::read(m.path("b")).unwrap(), &pattern(50_000, 2), "b");
+    fs::remove_file(m.path("a")).unwrap();
+    assert_eq!(covered(), (1, 50_000), "a's last name went");
+    fs::write(m.path("c"), pattern(10_000, 3)).unwrap();
+    assert_eq!(covered(), (2, 60_000));
+    fs::rename(m.path("c"), m.path("b")).unwrap();
+    assert_eq!(covered(), (1, 10_000), "the rename replaced b's file");
+    fs::remove_file(m.path("b")).unwrap();
+    assert_eq!(covered(), (0, 0));
+}

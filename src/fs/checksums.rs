@@ -534,44 +534,45 @@ impl MirrorFs {
         Ok(())
     }
 
-    /// The regular file `name` in `dir` on the metadata leg: its descriptor and its stat.
+    /// The stat of the regular file `name` in `dir` on the metadata leg, with that leg's
+    /// descriptor of `dir` (None: checksums are off, or it is something else).
     fn regular_entry(
         &self,
         dir: &Arc<Inode>,
         name: &std::ffi::CStr,
-    ) -> Option<(std::os::fd::OwnedFd, libc::stat)> {
+    ) -> Option<(Arc<std::os::fd::OwnedFd>, libc::stat)> {
         if !self.mirror.integrity().enabled() {
             return None;
         }
-        let leg = self.mirror.metadata_leg();
-        let fd = sys::fd::open_path_at(dir.fd(leg).ok()?.as_fd(), name).ok()?;
-        let st = sys::fd::fstat(fd.as_fd()).ok()?;
-        (st.st_mode & libc::S_IFMT == libc::S_IFREG).then_some((fd, st))
+        let d = dir.fd(self.mirror.metadata_leg()).ok()?;
+        let st = sys::fd::stat_at(d.as_fd(), name).ok()?;
+        (st.st_mode & libc::S_IFMT == libc::S_IFREG).then_some((d, st))
     }
 
     /// The identity of the regular file `name` in `dir` if this is its last name (so that
     /// removing the name removes the file), from the metadata leg.
     pub(super) fn last_link_id(&self, dir: &Arc<Inode>, name: &std::ffi::CStr) -> Option<u64> {
-        let (fd, st) = self.regular_entry(dir, name)?;
-        (st.st_nlink == 1).then(|| integrity::id_of(fd.as_fd()))?
+        let (d, st) = self.regular_entry(dir, name)?;
+        (st.st_nlink == 1).then(|| integrity::id_at(d.as_fd(), name))?
     }
 
     /// What removing the name `name` in `dir` (a covered regular file) asks of the checksums,
     /// from one look at the metadata leg: the file's identity when this is its last name (its
     /// checksums go with it, [`forget_checksums`](Self::forget_checksums)), or its copies on
     /// `legs` when another name keeps it (their ctimes move, [`entry_copies`](Self::entry_copies)).
+    /// A `stat` and a `getxattrat` of the name: an `rm -rf` pays this for every file.
     pub(super) fn removal_of(
         &self,
         dir: &Arc<Inode>,
         name: &std::ffi::CStr,
         legs: &[LegIdx],
     ) -> (Option<u64>, Option<EntryCopies>) {
-        let Some((fd, st)) = self.regular_entry(dir, name) else {
+        let Some((d, st)) = self.regular_entry(dir, name) else {
             return (None, None);
         };
         match st.st_nlink {
-            1 => (integrity::id_of(fd.as_fd()), None),
-            _ => (None, self.copies_of(fd, dir, name, legs)),
+            1 => (integrity::id_at(d.as_fd(), name), None),
+            _ => (None, self.copies_of(d.as_fd(), dir, name, legs)),
         }
     }
 
@@ -585,18 +586,19 @@ impl MirrorFs {
         name: &std::ffi::CStr,
         legs: &[LegIdx],
     ) -> Option<EntryCopies> {
-        let (fd, _) = self.regular_entry(dir, name)?;
-        self.copies_of(fd, dir, name, legs)
+        let (d, _) = self.regular_entry(dir, name)?;
+        self.copies_of(d.as_fd(), dir, name, legs)
     }
 
+    /// `meta_dir`: the metadata leg's descriptor of `dir`.
     fn copies_of(
         &self,
-        fd: std::os::fd::OwnedFd,
+        meta_dir: std::os::fd::BorrowedFd<'_>,
         dir: &Arc<Inode>,
         name: &std::ffi::CStr,
         legs: &[LegIdx],
     ) -> Option<EntryCopies> {
-        let id = integrity::id_of(fd.as_fd())?;
+        let id = integrity::id_at(meta_dir, name)?;
         let fds = legs
             .iter()
             .filter_map(|&l| {

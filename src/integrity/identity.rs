@@ -21,3 +21,8 @@ pub fn id_of(fd: std::os::fd::BorrowedFd<'_>) -> Option<u64> {
     let (v, _) = crate::sys::xattr::get(fd, ID_XATTR, 8).ok()?;
     id_from(&v)
 }
+
+/// The identity of the regular file `name` in the directory `dir`, without opening it.
+pub fn id_at(dir: std::os::fd::BorrowedFd<'_>, name: &CStr) -> Option<u64> {
+    id_from(&crate::sys::xattr::get_at(dir, name, ID_XATTR, 8).ok()?)
+}

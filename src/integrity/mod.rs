@@ -24,7 +24,7 @@ pub mod sum;
 
 pub use damage::{classify, ctime_of, Cause, Damage};
 pub use file_sums::{hash_fd, trim_zeros, FileSums, Verdict};
-pub use identity::{id_bytes, id_from, id_of, ID_XATTR};
+pub use identity::{id_at, id_bytes, id_from, id_of, ID_XATTR};
 
 use damage::DamageList;
 use file_sums::LiveSums;

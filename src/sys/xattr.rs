@@ -6,9 +6,9 @@
 
 use super::fd::proc_path;
 use super::rx;
-use crate::errno::Result;
+use crate::errno::{Errno, Result};
 use std::ffi::CStr;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
 /// The value of `name`; `size == 0` asks only for its length (returned as an empty Vec plus
 /// the length).
@@ -21,6 +21,60 @@ pub fn get(fd: BorrowedFd<'_>, name: &CStr, size: usize) -> Result<(Vec<u8>, usi
     let n = rx(rustix::fs::getxattr(&p, name, &mut buf[..]))?;
     buf.truncate(n.min(size));
     Ok((buf, n))
+}
+
+/// `getxattrat(2)` (Linux 6.13), the only xattr call that reaches an object by a directory
+/// and a name, with no descriptor of its own. The same number on every architecture.
+const SYS_GETXATTRAT: libc::c_long = 464;
+
+/// Whether the kernel has `getxattrat` (cleared at its first ENOSYS).
+static HAS_GETXATTRAT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// The value of `name` (at most `size` bytes) on the entry `entry` of the directory `dir`,
+/// not following a symlink there: one `getxattrat`, where [`get`] needs a descriptor of the
+/// entry and a path through `/proc` (3.6 against 0.3 us a call measured here). Without
+/// `getxattrat` it opens the entry and asks [`get`].
+pub fn get_at(dir: BorrowedFd<'_>, entry: &CStr, name: &CStr, size: usize) -> Result<Vec<u8>> {
+    use std::sync::atomic::Ordering;
+    if HAS_GETXATTRAT.load(Ordering::Relaxed) {
+        /// `struct xattr_args` of `<linux/xattr.h>`.
+        #[repr(C)]
+        struct XattrArgs {
+            value: u64,
+            size: u32,
+            flags: u32,
+        }
+        let mut buf = vec![0u8; size];
+        let mut args = XattrArgs {
+            value: buf.as_mut_ptr() as u64,
+            size: size as u32,
+            flags: 0,
+        };
+        // SAFETY: the strings are NUL-terminated; args names `buf`, which outlives the call
+        // and has room for `size` bytes; the kernel reads `args` and writes at most `size`
+        // bytes to `buf`.
+        let n = unsafe {
+            libc::syscall(
+                SYS_GETXATTRAT,
+                dir.as_raw_fd(),
+                entry.as_ptr(),
+                libc::AT_SYMLINK_NOFOLLOW as libc::c_uint,
+                name.as_ptr(),
+                &mut args as *mut XattrArgs,
+                std::mem::size_of::<XattrArgs>(),
+            )
+        };
+        match n {
+            -1 if Errno::last() == Errno::ENOSYS => HAS_GETXATTRAT.store(false, Ordering::Relaxed),
+            -1 => return Err(Errno::last()),
+            n => {
+                buf.truncate(n as usize);
+                return Ok(buf);
+            }
+        }
+    }
+    let fd = super::fd::open_path_at(dir, entry)?;
+    get(fd.as_fd(), name, size).map(|(v, _)| v)
 }
 
 /// The NUL-separated name list; `size == 0` asks only for its length.
@@ -91,4 +145,49 @@ pub fn list_path(path: &std::path::Path) -> Result<Vec<Vec<u8>>> {
         .filter(|s| !s.is_empty())
         .map(<[u8]>::to_vec)
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+
+    #[test]
+    fn get_at_reads_an_entry_by_its_directory_with_getxattrat_or_without() {
+        // /var/tmp: a disk filesystem, which keeps user xattrs (as legs do).
+        let d = tempfile::tempdir_in("/var/tmp").unwrap();
+        std::fs::write(d.path().join("f"), b"x").unwrap();
+        std::os::unix::fs::symlink("f", d.path().join("l")).unwrap();
+        let dir = super::super::fd::open_root(d.path()).unwrap();
+        let f = super::super::fd::open_path_at(dir.as_fd(), c"f").unwrap();
+        set(f.as_fd(), c"user.t", b"12345678", 0).unwrap();
+        let ask = || {
+            (
+                get_at(dir.as_fd(), c"f", c"user.t", 8),
+                get_at(dir.as_fd(), c"f", c"user.t", 4),
+                get_at(dir.as_fd(), c"f", c"user.none", 8),
+                get_at(dir.as_fd(), c"gone", c"user.t", 8),
+                get_at(dir.as_fd(), c"l", c"user.t", 8),
+            )
+        };
+        let with = ask();
+        assert_eq!(with.0, Ok(b"12345678".to_vec()));
+        assert_eq!(with.1, Err(Errno::ERANGE));
+        assert_eq!(with.2, Err(Errno::ENODATA));
+        assert_eq!(with.3, Err(Errno::ENOENT));
+        assert_eq!(
+            with.4,
+            Err(Errno::ENODATA),
+            "the symlink, not followed to f"
+        );
+        HAS_GETXATTRAT.store(false, Ordering::Relaxed);
+        let without = ask();
+        HAS_GETXATTRAT.store(true, Ordering::Relaxed);
+        assert_eq!(&without.0, &with.0);
+        assert_eq!(&without.1, &with.1);
+        assert_eq!(&without.2, &with.2);
+        assert_eq!(&without.3, &with.3);
+        // Without getxattrat a symlink is opened as itself and asked through /proc, which
+        // follows it: the caller must not ask there for a symlink (see the module's note).
+    }
 }
