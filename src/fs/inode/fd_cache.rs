@@ -1,11 +1,13 @@
 //! The descriptor cache: the objects' `O_PATH` descriptors, at most a budget of them open.
 //!
 //! Descriptors are a bounded cache, not a pin: the kernel may hold hundreds of thousands of
-//! inodes (a `tar` of a source tree), more than the open-file limit allows descriptors. Each
-//! per-leg object therefore also keeps its kernel *file handle* (`name_to_handle_at`); once more
-//! than `budget` descriptors are open, the oldest are closed, and reopened through the handle
-//! (`open_by_handle_at`) when next needed. Objects on filesystems without handles, on another
-//! filesystem than their leg's root, and objects with open files keep their descriptors.
+//! inodes (a `tar` of a source tree), more than the open-file limit allows descriptors. Once
+//! more than `budget` descriptors are open, the oldest are closed, and reopened through the
+//! object's kernel *file handle* (`open_by_handle_at`) when next needed. The handle
+//! (`name_to_handle_at`) is taken when first needed, from the descriptor still open: when the
+//! cache closes it, or a session log records the object; most objects (an `rm -rf`'s, a
+//! `tar`'s) never need one. Objects on filesystems without handles, on another filesystem
+//! than their leg's root, and objects with open files keep their descriptors.
 
 use super::Inode;
 use crate::errno::{Errno, Result};
@@ -21,10 +23,40 @@ use std::sync::{Arc, Weak};
 
 /// One object on one leg.
 pub(super) struct LegObject {
-    /// Reopens the object when its descriptor was closed; None: the descriptor is pinned.
-    pub(super) handle: Option<FileHandle>,
+    /// Whether the descriptor may be closed and reopened by handle; false: it is pinned.
+    pub(super) reopenable: bool,
+    /// Reopens the object when its descriptor was closed (taken when first needed).
+    handle: std::sync::OnceLock<FileHandle>,
     /// The `O_PATH` descriptor, while open.
     pub(super) fd: Mutex<Option<Arc<OwnedFd>>>,
+}
+
+impl LegObject {
+    pub(super) fn new(fd: Arc<OwnedFd>, reopenable: bool) -> LegObject {
+        LegObject {
+            reopenable,
+            handle: std::sync::OnceLock::new(),
+            fd: Mutex::new(Some(fd)),
+        }
+    }
+
+    /// The object's file handle, taken from its descriptor the first time (None: the
+    /// descriptor is pinned, or its filesystem gave no handle for it).
+    pub(super) fn handle(&self) -> Option<&FileHandle> {
+        if !self.reopenable {
+            return None;
+        }
+        if let Some(h) = self.handle.get() {
+            return Some(h);
+        }
+        let fd = self.fd.lock().clone()?;
+        self.handle_from(&fd)
+    }
+
+    fn handle_from(&self, fd: &OwnedFd) -> Option<&FileHandle> {
+        let (h, _mount_id) = sys::fd::file_handle(fd.as_fd()).ok()??;
+        Some(self.handle.get_or_init(|| h))
+    }
 }
 
 impl Inode {
@@ -78,13 +110,9 @@ impl Inode {
             self.clear_lazy(leg);
             return Err(Errno::ENOENT);
         };
-        let handle = self.cache.handle_for(leg, dev, &fd);
-        let reopenable = handle.is_some();
+        let reopenable = self.cache.reopenable(leg, dev);
         let fd = Arc::new(fd);
-        *self.objects[leg].write() = Some(Arc::new(LegObject {
-            handle,
-            fd: Mutex::new(Some(fd.clone())),
-        }));
+        *self.objects[leg].write() = Some(Arc::new(LegObject::new(fd.clone(), reopenable)));
         self.clear_lazy(leg);
         if reopenable {
             self.cache.opened(Arc::downgrade(self), leg);
@@ -106,7 +134,8 @@ impl Inode {
         if let Some(fd) = slot.as_ref() {
             return Ok(fd.clone());
         }
-        let handle = obj.handle.as_ref().ok_or(Errno::INTERNAL)?;
+        // A descriptor is closed only once its handle is taken (`close_cached`).
+        let handle = obj.handle.get().ok_or(Errno::INTERNAL)?;
         let mount = self.cache.mount_fds[leg]
             .read()
             .clone()
@@ -133,7 +162,7 @@ impl Inode {
             };
             let fd = obj.fd.lock().take();
             if let Some(fd) = fd {
-                counted += obj.handle.is_some() as usize;
+                counted += obj.reopenable as usize;
                 fds.push(fd);
             }
         }
@@ -142,17 +171,25 @@ impl Inode {
     }
 
     /// Closes the descriptor on `leg` if it can be reopened later: `Some(true)` if it was
-    /// closed, `Some(false)` if there was none to close, `None` while a file is open on the
+    /// closed, `Some(false)` if there was none to close (or its filesystem gave no handle for
+    /// it: it stays open, counted, until the object goes), `None` while a file is open on the
     /// object (it must stay open; ask again later).
     fn close_cached(&self, leg: LegIdx) -> Option<bool> {
         if self.open_files.load(Ordering::Acquire) > 0 {
             return None;
         }
-        let closed = match self.objects.get(leg).and_then(|o| o.read().clone()) {
-            Some(obj) if obj.handle.is_some() => obj.fd.lock().take().is_some(),
-            _ => false,
+        let Some(obj) = self.objects.get(leg).and_then(|o| o.read().clone()) else {
+            return Some(false);
         };
-        Some(closed)
+        if !obj.reopenable {
+            return Some(false);
+        }
+        let mut slot = obj.fd.lock();
+        let handled = match slot.as_ref() {
+            Some(fd) => obj.handle.get().is_some() || obj.handle_from(fd).is_some(),
+            None => false,
+        };
+        Some(handled && slot.take().is_some())
     }
 }
 
@@ -162,7 +199,7 @@ impl Drop for Inode {
             .objects
             .iter_mut()
             .filter_map(|o| o.get_mut().clone())
-            .filter(|o| o.handle.is_some() && o.fd.lock().is_some())
+            .filter(|o| o.reopenable && o.fd.lock().is_some())
             .count();
         self.cache.closed(open);
     }
@@ -230,16 +267,12 @@ impl FdCache {
         self.open.load(Ordering::Acquire)
     }
 
-    /// The handle to keep for an object on `leg` on device `dev`, or None to pin its
-    /// descriptor.
-    pub(super) fn handle_for(&self, leg: LegIdx, dev: u64, fd: &OwnedFd) -> Option<FileHandle> {
-        if self.mount_fds.get(leg)?.read().is_none()
-            || self.root_devs.get(leg).map(|d| d.load(Ordering::Relaxed)) != Some(dev)
-        {
-            return None;
-        }
-        let (h, _mount_id) = sys::fd::file_handle(fd.as_fd()).ok()??;
-        Some(h)
+    /// Whether the descriptor of an object on `leg` on device `dev` may be closed and
+    /// reopened by handle (the leg makes handles, and the object is on its root's
+    /// filesystem); false pins it.
+    pub(super) fn reopenable(&self, leg: LegIdx, dev: u64) -> bool {
+        self.mount_fds.get(leg).is_some_and(|m| m.read().is_some())
+            && self.root_devs.get(leg).map(|d| d.load(Ordering::Relaxed)) == Some(dev)
     }
 
     /// A reopenable descriptor was opened; closes the oldest ones while over budget. One whose
@@ -403,6 +436,27 @@ mod tests {
         assert!(t.cached_fds() <= 16, "{} cached", t.cached_fds());
         // And it comes back through its handle when asked for.
         assert!(sys::fd::fstat(first.fd(0).unwrap().as_fd()).is_ok());
+    }
+
+    /// An object's file handle is taken only when its descriptor is closed, or when asked for
+    /// (the session log): an object whose descriptor stays open never pays for one.
+    #[test]
+    fn a_handle_is_taken_only_when_the_descriptor_closes_or_it_is_asked_for() {
+        let leg = RealLeg::new("lazyhandle", 16);
+        let t = &leg.t;
+        let obj = |i: &Arc<Inode>| i.objects[0].read().clone().unwrap();
+        let (first, first_ino) = leg.make(0);
+        let asked = leg.make(1).0;
+        assert!(obj(&first).handle.get().is_none(), "taken when found");
+        assert!(obj(&asked).handle().is_some(), "taken when asked for");
+        let fresh = (2..10).map(|n| leg.make(n).0).collect::<Vec<_>>();
+        assert!(fresh.iter().all(|i| obj(i).handle.get().is_none()));
+        let _more: Vec<_> = (10..40).map(|n| leg.make(n).0).collect();
+        assert!(!first.holds_open(0), "closed past the budget");
+        assert!(obj(&first).handle.get().is_some(), "taken as it closed");
+        let st = sys::fd::fstat(first.fd(0).unwrap().as_fd()).unwrap();
+        assert_eq!(st.st_ino, first_ino, "reopened by it");
+        assert!(t.cached_fds() <= 16, "{} cached", t.cached_fds());
     }
 
     /// One leg's identity finds a live inode only while its descriptor there is open: once the

@@ -120,11 +120,7 @@ impl Inode {
                 Some(takeover::LegNode {
                     dev: id.dev,
                     ino: id.ino,
-                    handle: obj
-                        .handle
-                        .as_ref()
-                        .map(|h| h.to_bytes())
-                        .unwrap_or_default(),
+                    handle: obj.handle().map(|h| h.to_bytes()).unwrap_or_default(),
                 })
             })
             .collect();
@@ -247,12 +243,7 @@ impl InodeTable {
                     objects: root_fds
                         .into_iter()
                         .map(|f| {
-                            RwLock::new(f.map(|fd| {
-                                Arc::new(LegObject {
-                                    handle: None,
-                                    fd: Mutex::new(Some(Arc::new(fd))),
-                                })
-                            }))
+                            RwLock::new(f.map(|fd| Arc::new(LegObject::new(Arc::new(fd), false))))
                         })
                         .collect(),
                     lazy: AtomicU64::new(0),
@@ -385,14 +376,11 @@ impl InodeTable {
             .map(|(leg, f)| {
                 RwLock::new(f.map(|fd| {
                     let dev = ids.iter().find(|i| i.leg == leg).map_or(0, |i| i.dev);
-                    let handle = self.cache.handle_for(leg, dev, &fd);
-                    if handle.is_some() {
+                    let r = self.cache.reopenable(leg, dev);
+                    if r {
                         reopenable.push(leg);
                     }
-                    Arc::new(LegObject {
-                        handle,
-                        fd: Mutex::new(Some(Arc::new(fd))),
-                    })
+                    Arc::new(LegObject::new(Arc::new(fd), r))
                 }))
             })
             .collect();
@@ -661,16 +649,8 @@ impl InodeTable {
                 dev: st.st_dev,
                 ino: st.st_ino,
             };
-            let handle = if inode.ino == ROOT_INO {
-                None
-            } else {
-                self.cache.handle_for(leg, st.st_dev, &fd)
-            };
-            let reopenable = handle.is_some();
-            *inode.objects[leg].write() = Some(Arc::new(LegObject {
-                handle,
-                fd: Mutex::new(Some(Arc::new(fd))),
-            }));
+            let reopenable = inode.ino != ROOT_INO && self.cache.reopenable(leg, st.st_dev);
+            *inode.objects[leg].write() = Some(Arc::new(LegObject::new(Arc::new(fd), reopenable)));
             {
                 let mut inner = self.inner.lock();
                 // (Not known: forgotten meanwhile, and its number already dropped.)
@@ -698,7 +678,7 @@ impl InodeTable {
                 continue;
             };
             if let Some(obj) = cell.write().take() {
-                if obj.handle.is_some() && obj.fd.lock().take().is_some() {
+                if obj.reopenable && obj.fd.lock().take().is_some() {
                     self.cache.closed(1);
                 }
             }
