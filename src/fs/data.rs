@@ -253,7 +253,8 @@ impl MirrorFs {
                 open_maybe_direct(flags, |f| sys::fd::create_at(dir, &cname, f, mode))?
             };
             let path_fd = sys::fd::open_path_at(dir, &cname)?;
-            let identified = id.is_some_and(|id| Self::give_new_id(path_fd.as_fd(), id));
+            // Through the new file's own descriptor: no path through /proc.
+            let identified = id.is_some_and(|id| Self::give_new_id(file.as_fd(), id));
             let st = sys::fd::fstat(path_fd.as_fd())?;
             Ok((path_fd, st, file, direct, identified))
         })?;
