@@ -1,5 +1,7 @@
 //! Extended attributes of a leg object held as `O_PATH`, through `/proc/self/fd/N` (the
 //! f*xattr calls refuse `O_PATH` descriptors). Not for symlinks: the path would follow them.
+//! Two ways around the path: [`get_at`] reads an entry by its directory and its name
+//! (`getxattrat`), and [`set`] takes a descriptor open for I/O directly (`fsetxattr`).
 //!
 //! rustix does not read an empty buffer as a length query, as libc does: lengths are asked
 //! with its `*_query` variants.
