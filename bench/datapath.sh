@@ -17,6 +17,8 @@
 #   NFILES=3000      the small-file read: regular files under 64 KiB, in tree order
 #   GIT_SRC=         the repository to clone (default: this one), copied bare once under DIR
 #   MIRRORFS_OPTS=   extra -o options for every mirrorfs mount
+#   SLOW_MBPS=100    the seqwrite_slow row: leg B's writes limited to this many MB/s by a cgroup-v1
+#                    blkio rule (a slow disk), the leg and each two-leg mirror against it (0: no row)
 #   MANY=0           N > 0: the memory section, N empty files through a 2-leg mirror
 #   PASSTHROUGH_HP=  libfuse's example/passthrough_hp (bench/passthrough-hp.sh builds it): the
 #                    one-copy reference columns pthp (/dev/fuse) and pthp-uring (io_uring)
@@ -54,6 +56,10 @@ DIR=$(mkdir -p "$DIR" && cd "$DIR" && pwd)
 GIT_SRC=${GIT_SRC:-$(git -C "$here" rev-parse --show-toplevel 2>/dev/null || true)}
 MIRRORFS_OPTS=${MIRRORFS_OPTS:-}
 MANY_OPTS=${MANY_OPTS:-}
+SLOW_MBPS=${SLOW_MBPS:-100}
+[[ $SLOW_MBPS =~ ^[0-9]+$ ]] || die "SLOW_MBPS=$SLOW_MBPS: a whole number of MB/s (0: no seqwrite_slow row)"
+BLKIO=/sys/fs/cgroup/blkio
+SLOW_CG=""  # the blkio cgroup whose rule makes leg B slow (set up with the legs)
 [ "$(id -u)" -eq 0 ] || die "must run as root (loop devices, mounts, drop_caches)"
 [ -c /dev/fuse ] || die "/dev/fuse is missing"
 for t in fio jq mergerfs mkfs.ext4 losetup getfattr git tar; do
@@ -80,6 +86,7 @@ fuse_down() { # MOUNTPOINT: unmount, and wait up to 10 s for its daemon (SIGTERM
 cleanup() {
     local m dev
     for m in "${FUSE[@]}"; do fuse_down "$m"; done
+    slow_down
     for m in "$DIR/legA" "$DIR/legB"; do mountpoint -q "$m" && umount "$m"; done
     for dev in "${LOOPS[@]}"; do losetup -d "$dev" 2>/dev/null || say "warning: could not detach $dev"; done
     [ "${KEEP:-0}" = 1 ] && return
@@ -87,6 +94,15 @@ cleanup() {
     rm -rf "$DIR/src.git" "$DIR/tiny.git"
     # rmdir, not rm -rf: a mount point whose unmount failed keeps what it serves.
     rmdir "$DIR"/mnt/* "$DIR/mnt" "$DIR/legA" "$DIR/legB" "$DIR" 2>/dev/null || true
+}
+# The seqwrite_slow row's cgroup: a rule belongs to the device and outlives the loop device's
+# detach (the number is reused), so it is set back to 0 before the cgroup goes.
+slow_down() {
+    [ -n "$SLOW_CG" ] && [ -d "$SLOW_CG" ] || return 0
+    local p
+    for p in $(cat "$SLOW_CG/cgroup.procs" 2>/dev/null); do echo "$p" >"$BLKIO/cgroup.procs" 2>/dev/null || true; done
+    echo "$SLOW_DEV 0" >"$SLOW_CG/blkio.throttle.write_bps_device" 2>/dev/null || true
+    rmdir "$SLOW_CG" 2>/dev/null || say "warning: could not remove the cgroup $SLOW_CG"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -192,6 +208,17 @@ done
 mkdir -p "$DIR/legA" "$DIR/legB" "$DIR/mnt"
 mount -o noatime "${LOOPS[0]}" "$DIR/legA"
 mount -o noatime "${LOOPS[1]}" "$DIR/legB"
+SLOW_NOTE=""
+if [ "$SLOW_MBPS" = 0 ]; then
+    SLOW_NOTE="no seqwrite_slow row: SLOW_MBPS=0"
+elif [ ! -w "$BLKIO/blkio.throttle.write_bps_device" ]; then
+    SLOW_NOTE="no seqwrite_slow row: no cgroup-v1 blkio throttling at $BLKIO"
+else
+    SLOW_DEV=$(lsblk -dno MAJ:MIN "${LOOPS[1]}" | tr -d ' ')
+    SLOW_CG=$BLKIO/mirrorfs-datapath.$$
+    mkdir "$SLOW_CG"
+    echo "$SLOW_DEV $((SLOW_MBPS * 1000000))" >"$SLOW_CG/blkio.throttle.write_bps_device"
+fi
 
 # ------------------------------------------------------------------------------ targets
 
@@ -268,6 +295,7 @@ row gst_warm   "git status, warm"                            "s"
 row rm         "rm -rf of the tree"                          "entries/s"
 row seqwrite   "seq 1 MiB write ${MB} MiB + fsync"           "MB/s"
 row seqwrite2  "the same on both legs at once, slower copy"  "MB/s"
+[ -n "$SLOW_NOTE" ] || row seqwrite_slow "the same, leg B's writes at $SLOW_MBPS MB/s (leg: B)" "MB/s"
 row seqread    "seq 1 MiB read, O_DIRECT, iodepth 4"         "MB/s"
 row randread   "rand 4 KiB read, O_DIRECT, iodepth 16"       "IOPS"
 
@@ -374,6 +402,31 @@ do_seqwrite() {
     fi
     rm -rf "$DIR/legA/both" "$DIR/legB/both"
 }
+# The write bound by a slow disk: leg B's writes limited by the cgroup's rule. The leg target is
+# fio on leg B itself, in the cgroup; a two-leg mirror's daemon joins the cgroup for the job (the
+# rule binds whoever submits the write to leg B: the fsync's write-back runs in the daemon's
+# threads), so the row reads "x the slowest leg". Other targets have no leg B.
+do_seqwrite_slow() {
+    [ -z "$SLOW_NOTE" ] || return 0
+    local t=$1 dir pid="" out rc=0
+    case $t in
+        leg) dir=$DIR/legB/slow; mkdir -p "$dir" ;;
+        mirrorfs-2*) dir=$2; pid=${PID[$2]} ;;
+        *) return 0 ;;
+    esac
+    rm -f "$dir/slow.dat"; drop
+    [ -z "$pid" ] || echo "$pid" >"$SLOW_CG/cgroup.procs"
+    out=$(cd "$DIR" && echo "$BASHPID" >"$SLOW_CG/cgroup.procs" &&
+        exec fio --output-format=json --name=seqwrite_slow --directory="$dir" "${SEQWRITE[@]/%bench.dat/slow.dat}" 2>"$DIR/out") || rc=$?
+    [ -z "$pid" ] || echo "$pid" >"$BLKIO/cgroup.procs"
+    if [ $rc = 0 ]; then
+        VAL[seqwrite_slow,$t]=$(jq -r '[.jobs[].write.bw_bytes] | add / 1e5 | floor / 10' <<<"$out")
+    else
+        echo "$out" >>"$DIR/out"; fail seqwrite_slow "$t"
+    fi
+    rm -f "$dir/slow.dat"
+    [ "$t" != leg ] || rmdir "$dir"
+}
 do_seqread() {
     drop
     fio_job seqread "$1" --rw=read --bs=1M --size="${MB}m" --ioengine=libaio --iodepth=4 --direct=1 \
@@ -394,7 +447,7 @@ say "targets: ${TARGETS[*]}; tree $NENT entries, $NSMALL small files, git $NGIT 
 # show their medians.
 declare -A ALL=() CPUS=()
 for round in $(seq "$ROUNDS"); do
-    for step in tar find ls read git rm seqwrite seqread randread; do
+    for step in tar find ls read git rm seqwrite seqwrite_slow seqread randread; do
         s=$EPOCHSECONDS
         each_counted "$step"
         say "round $round/$ROUNDS, $step: $((EPOCHSECONDS - s)) s"
@@ -493,7 +546,7 @@ for t in "${TARGETS[@]}"; do [[ $t == mirrorfs* ]] && printf " %19s |" "$t"; don
 printf "\n|%s|" "$(printf -- '-%.0s' $(seq 12))"
 for t in "${TARGETS[@]}"; do [[ $t == mirrorfs* ]] && printf "%s:|" "$(printf -- '-%.0s' $(seq 20))"; done
 echo
-for step in tar find ls read git rm seqwrite seqread randread; do
+for step in tar find ls read git rm seqwrite seqwrite_slow seqread randread; do
     printf "| %-10s |" "$step"
     for t in "${TARGETS[@]}"; do [[ $t == mirrorfs* ]] && printf " %19s |" "${CPU[$step,$t]:--}"; done
     echo
@@ -525,6 +578,14 @@ echo "cold: after sync and drop_caches; warm: right after the cold pass; warm ag
 echo "seqwrite2 (leg only): the same write to a directory on each leg at once, two fio jobs side by side; the slower" \
     "job's figure. It is what a two-leg mirror must do; the two loop images here share one disk and the machine's CPUs." \
     "seqwrite2 runs after a drop_caches, seqwrite (as in every earlier run) without one."
+if [ -z "$SLOW_NOTE" ]; then
+    echo "seqwrite_slow: the seqwrite job after a drop_caches, with leg B's writes limited to $SLOW_MBPS MB/s by a cgroup-v1" \
+        "blkio rule: the leg column is fio on leg B in that cgroup, each two-leg mirror's column fio through it with its daemon" \
+        "in the cgroup; its x-leg ratio is the mirror against its slowest leg. Buffered writes reach the disk in the" \
+        "final fsync's write-back, which runs in the caller's cgroup (the flusher threads are not limited)."
+else
+    echo "$SLOW_NOTE"
+fi
 fi # ONLY_MANY
 
 # ------------------------------------------------------------------------------ MANY
