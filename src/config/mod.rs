@@ -48,6 +48,9 @@ pub struct MountConfig {
     /// The longest a queue's reader looks for completions before it sleeps, while reads are
     /// under way (`ring_poll=`, microseconds; io_uring only; `fuse::uring::PollWindow`).
     pub ring_poll: Duration,
+    /// Whether a queue's entry threads wait for requests under `SCHED_IDLE`, so that the
+    /// program they answer keeps its CPU (`ring_idle=`; io_uring only; `fuse::uring::Turns`).
+    pub ring_idle: bool,
     /// A keeper process holds the session, and starts a successor when the server dies
     /// (`keeper=`).
     pub keeper: bool,
@@ -265,6 +268,7 @@ impl Default for MountConfig {
             passthrough: false,
             transport: Transport::Auto,
             ring_poll: DEFAULT_RING_POLL,
+            ring_idle: true,
             keeper: false,
             keeper_retries: 5,
             keeper_window: Duration::from_secs(60),

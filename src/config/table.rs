@@ -382,6 +382,19 @@ pub static OPTIONS: &[OptionSpec] = &[
         show: |c| c.ring_poll.as_micros().to_string(),
     },
     OptionSpec {
+        name: "ring_idle",
+        opposite: None,
+        form: "on|off",
+        default: "on",
+        live: None,
+        doc: "a queue's threads (io_uring) wait for requests, and answer all but big reads and writes and fsyncs, under the `SCHED_IDLE` policy, so that the program they answer stays on its CPU instead of moving to another at every request: small requests 2-3 x as fast on an idle machine, a little slower while other programs keep every CPU busy (`off`: the normal policy throughout; see Transport)",
+        apply: |c, g| {
+            c.ring_idle = value::switch(text(g)?)?;
+            Ok(())
+        },
+        show: |c| if c.ring_idle { "on" } else { "off" }.into(),
+    },
+    OptionSpec {
         name: "selinux_xattr",
         opposite: None,
         form: "auto|pass|enotsup",

@@ -470,7 +470,10 @@ fn serve(
         cache,
         access,
         p.config.threads,
-        p.config.ring_poll,
+        crate::fuse::RingTuning {
+            poll: p.config.ring_poll,
+            idle_wait: p.config.ring_idle,
+        },
         serving_now,
     );
     super::notify::notify("STOPPING=1");

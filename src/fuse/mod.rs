@@ -27,6 +27,7 @@ use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+pub use uring::Tuning as RingTuning;
 
 /// Where the kernel's switch for FUSE over io_uring is.
 pub const URING_SWITCH: &str = "/sys/module/fuse/parameters/enable_uring";
@@ -273,7 +274,7 @@ impl Mounted {
         cache: KernelCache,
         access: Access,
         threads: usize,
-        ring_poll: std::time::Duration,
+        ring: uring::Tuning,
         serving_now: impl FnOnce(&[BorrowedFd<'_>]),
     ) -> Result<(), String> {
         let dev = self.dev.clone();
@@ -364,7 +365,7 @@ impl Mounted {
                     dev.try_clone()
                         .map_err(|e| format!("cannot duplicate the FUSE descriptor: {e}"))?,
                 );
-                match uring::start(fuse.clone(), Arc::new(file), &tx, ring_poll) {
+                match uring::start(fuse.clone(), Arc::new(file), &tx, ring) {
                     Ok((queues, threads)) => {
                         stats.kind = "uring".into();
                         stats.why = format!("transport={}: the kernel offers it", t.name());

@@ -14,7 +14,9 @@
 //!
 //! - An **entry thread** answers a request by calling the core, which may block (a create on
 //!   two legs, an fsync). It holds at most one entry: while it waits for a disk, no other
-//!   request waits for it. An entry thread without an entry waits for one handed to it.
+//!   request waits for it. An entry thread without an entry waits for one handed to it. It
+//!   waits, and answers small requests, under `SCHED_IDLE`, so that the program it answers is
+//!   not moved off the queue's CPU by the answer ([`Turns`], `ring_idle=`).
 //! - The **reader** answers READs without blocking: the core routes and counts the read
 //!   (`MirrorFs::read_start`), the legs' reads are submitted on the reader's own ring, and
 //!   their completions are checked and answered (`MirrorFs::read_end`) as they come. It holds
@@ -72,6 +74,8 @@ struct Queue {
     ended: AtomicBool,
     /// How long the reader polls before it sleeps while reads are under way (`ring_poll=`).
     poll: std::time::Duration,
+    /// Whether an entry thread waits for requests under `SCHED_IDLE` ([`Turns`], `ring_idle=`).
+    idle_wait: bool,
 }
 
 impl Queue {
@@ -225,12 +229,15 @@ fn serve_entry(
     };
     let _ = registered.send(Ok(()));
     let mut done = Vec::with_capacity(2);
+    let mut turns = Turns::new(q.qid, q.idle_wait);
     loop {
         let mut slot = match ring.slots_held() {
             0 => match q.jobs.1.recv() {
                 Ok(Job::Entry(mut slot)) => {
                     fuse.injected_fault(true)?;
+                    turns.busy(&slot);
                     let id = answer_slot(fuse, &mut slot);
+                    turns.done();
                     ring.commit(slot, id)?;
                     continue;
                 }
@@ -252,19 +259,113 @@ fn serve_entry(
         };
         fuse.injected_fault(true)?;
         let (h, _) = request_of(&slot);
-        if h.opcode == abi::op::READ {
-            if q.reads.load(Ordering::Acquire) > 0 {
-                q.to_reader(slot);
-                continue;
-            }
+        if h.opcode == abi::op::READ && q.reads.load(Ordering::Acquire) > 0 {
+            q.to_reader(slot);
+            continue;
+        }
+        turns.busy(&slot);
+        let id = if h.opcode == abi::op::READ {
             q.reads.fetch_add(1, Ordering::AcqRel);
             let id = answer_slot(fuse, &mut slot);
             q.reads.fetch_sub(1, Ordering::AcqRel);
-            ring.commit(slot, id)?;
+            id
         } else {
-            let id = answer_slot(fuse, &mut slot);
-            ring.commit(slot, id)?;
+            answer_slot(fuse, &mut slot)
+        };
+        turns.done();
+        ring.commit(slot, id)?;
+    }
+}
+
+/// An entry thread's scheduling policy: `SCHED_IDLE`, and `SCHED_OTHER` only while it answers
+/// a request that moves much data ([`moves_data`]).
+///
+/// An answer wakes the program that asked from inside the entry thread's commit, on the
+/// queue's CPU, where the entry thread still runs, and the scheduler places a woken task on a
+/// CPU that is idle. With the entry thread under the normal policy that moved the program to
+/// the other CPU at every request (a `stat` loop migrated 51,680 times in 60,000 requests),
+/// whose next request then went to that CPU's queue and woke it from idle. A CPU whose only
+/// runnable thread is `SCHED_IDLE` counts as idle, so the program stays, and takes the CPU at
+/// once. The price is paid while other programs keep the CPU busy: a `SCHED_IDLE` thread runs
+/// there last, which a request with much work would feel most, so such a one is answered under
+/// the normal policy, and the thread keeps it until a request without much work has been
+/// answered (a `sched_setscheduler` costs about 2.5 us: too dear for every request).
+/// Measured in docs/architecture.md; `ring_idle=off` leaves the policy alone.
+struct Turns {
+    qid: usize,
+    /// Whether the thread is `SCHED_IDLE` now; None when it keeps its policy (`ring_idle=off`,
+    /// or a change of policy failed).
+    idle: Option<bool>,
+    /// Whether the request being answered moves much data.
+    moving: bool,
+}
+
+impl Turns {
+    fn new(qid: usize, on: bool) -> Turns {
+        let mut t = Turns {
+            qid,
+            idle: on.then_some(false),
+            moving: false,
+        };
+        t.done();
+        t
+    }
+
+    /// The request in `slot` is to be answered.
+    fn busy(&mut self, slot: &Slot) {
+        self.moving = self.idle.is_some() && {
+            let (h, ent) = request_of(slot);
+            moves_data(h.opcode, parts_of(slot, &ent).0)
+        };
+        if self.moving && self.idle == Some(true) {
+            self.set(false);
         }
+    }
+
+    /// The answer is ready: it goes back with the thread's next wait. After one that moved
+    /// much data the thread stays under the normal policy, since such requests come in runs
+    /// (a stream of writes): each would otherwise wait for the CPU under `SCHED_IDLE` first.
+    fn done(&mut self) {
+        if self.idle == Some(false) && !self.moving {
+            self.set(true);
+        }
+    }
+
+    fn set(&mut self, idle: bool) {
+        match crate::sys::fusedev::set_idle_policy(idle) {
+            Ok(()) => self.idle = Some(idle),
+            Err(e) if idle || crate::sys::fusedev::set_idle_policy(false).is_ok() => {
+                log::info!(
+                    "queue {}: the entry thread keeps the normal policy: {e}",
+                    self.qid
+                );
+                self.idle = None;
+            }
+            Err(e) => {
+                // Stuck under SCHED_IDLE: the thread still answers, later on a busy CPU.
+                log::warn!(
+                    "queue {}: an entry thread cannot leave SCHED_IDLE: {e}",
+                    self.qid
+                );
+                self.idle = None;
+            }
+        }
+    }
+}
+
+/// A READ or WRITE of at least this many bytes is answered under the normal policy.
+const BIG_IO: u32 = 64 << 10;
+
+/// Whether a request (`opcode`, and its opcode's header `op_in`) is one an entry thread answers
+/// under the normal policy: a READ or WRITE of [`BIG_IO`] bytes or more, and what waits for
+/// data to reach the disks or copies it there (`fsync`, `fallocate`, `copy_file_range`).
+fn moves_data(opcode: u32, op_in: &[u8]) -> bool {
+    use abi::op;
+    match opcode {
+        op::READ => abi::ReadIn::read_from_prefix(op_in).is_ok_and(|(r, _)| r.size >= BIG_IO),
+        op::WRITE => abi::WriteIn::read_from_prefix(op_in).is_ok_and(|(w, _)| w.size >= BIG_IO),
+        op::FSYNC | op::FSYNCDIR | op::FALLOCATE | op::COPY_FILE_RANGE => true,
+        _ => false,
     }
 }
 
@@ -555,11 +656,20 @@ impl PollWindow {
 /// saying on `ended` when it ends (how, and under which name); returns the number of queues
 /// and of threads once every entry is registered (the kernel then sends requests on the
 /// rings).
+/// How a queue's threads wait (`ring_poll=`, `ring_idle=`).
+#[derive(Clone, Copy, Debug)]
+pub struct Tuning {
+    /// How long the reader polls before it sleeps while reads are under way ([`PollWindow`]).
+    pub poll: std::time::Duration,
+    /// Whether an entry thread waits for requests under `SCHED_IDLE` ([`Turns`]).
+    pub idle_wait: bool,
+}
+
 pub fn start(
     fuse: Arc<MirrorFuse>,
     dev: Arc<File>,
     ended: &Sender<Ended>,
-    poll: std::time::Duration,
+    tuning: Tuning,
 ) -> std::io::Result<(usize, usize)> {
     let queues = crate::sys::fusedev::possible_cpus()?;
     let (tx, rx) = crossbeam_channel::unbounded();
@@ -572,7 +682,8 @@ pub fn start(
             wake: Arc::new(EventFd::new()?),
             reads: AtomicUsize::new(0),
             ended: AtomicBool::new(false),
-            poll,
+            poll: tuning.poll,
+            idle_wait: tuning.idle_wait,
         });
         for e in 0..=DEPTH {
             let (fuse, dev, tx, ended, q) = (
@@ -616,8 +727,9 @@ pub fn start(
 
 #[cfg(test)]
 mod tests {
-    use super::PollWindow;
+    use super::{abi, moves_data, PollWindow, BIG_IO};
     use std::time::Duration;
+    use zerocopy::IntoBytes;
 
     const US: Duration = Duration::from_micros(1);
 
@@ -655,6 +767,46 @@ mod tests {
             assert!(turns < 100, "never polls again");
         }
         assert_eq!(p.window(), 200 * US);
+    }
+
+    #[test]
+    fn only_requests_with_much_data_to_move_are_answered_under_the_normal_policy() {
+        use abi::op;
+        let read = |size: u32| {
+            abi::ReadIn {
+                size,
+                ..Default::default()
+            }
+            .as_bytes()
+            .to_vec()
+        };
+        let write = |size: u32| {
+            abi::WriteIn {
+                size,
+                ..Default::default()
+            }
+            .as_bytes()
+            .to_vec()
+        };
+        assert!(!moves_data(op::READ, &read(4096)), "a small read");
+        assert!(moves_data(op::READ, &read(BIG_IO)));
+        assert!(moves_data(op::READ, &read(1 << 20)));
+        assert!(!moves_data(op::WRITE, &write(BIG_IO - 1)), "tar's writes");
+        assert!(moves_data(op::WRITE, &write(1 << 20)), "a stream of writes");
+        assert!(!moves_data(op::WRITE, &[0u8; 8]), "a header cut short");
+        for o in [op::FSYNC, op::FSYNCDIR, op::FALLOCATE, op::COPY_FILE_RANGE] {
+            assert!(moves_data(o, &[]), "opcode {o}");
+        }
+        for o in [
+            op::LOOKUP,
+            op::GETATTR,
+            op::CREATE,
+            op::UNLINK,
+            op::SETATTR,
+            op::FORGET,
+        ] {
+            assert!(!moves_data(o, &read(1 << 20)), "opcode {o}");
+        }
     }
 
     #[test]

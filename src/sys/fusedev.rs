@@ -1,6 +1,6 @@
 //! The FUSE device's ioctls and the thread placement the transports need: a clone of the
 //! session's descriptor per /dev/fuse reader, passthrough's backing files, pinning a thread to
-//! a CPU, and an eventfd to wake a ring's thread.
+//! a CPU and setting its scheduling policy, and an eventfd to wake a ring's thread.
 
 use std::fs::File;
 use std::io;
@@ -117,9 +117,41 @@ pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
     Ok(())
 }
 
+/// Sets the calling thread's scheduling policy: `SCHED_IDLE` when `idle`, else `SCHED_OTHER`
+/// (its nice value is kept).
+pub fn set_idle_policy(idle: bool) -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    let policy = match idle {
+        true => libc::SCHED_IDLE,
+        false => libc::SCHED_OTHER,
+    };
+    // SAFETY: `param` is a valid sched_param for the call; pid 0 is the calling thread.
+    if unsafe { libc::sched_setscheduler(0, policy, &param) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_thread_goes_to_sched_idle_and_back() {
+        std::thread::spawn(|| {
+            // SAFETY: sched_getscheduler takes a pid (0: this thread) and reads nothing else.
+            let policy = || unsafe { libc::sched_getscheduler(0) };
+            assert_eq!(policy(), libc::SCHED_OTHER);
+            set_idle_policy(true).unwrap();
+            assert_eq!(policy(), libc::SCHED_IDLE);
+            set_idle_policy(true).unwrap();
+            assert_eq!(policy(), libc::SCHED_IDLE, "twice is the same");
+            set_idle_policy(false).unwrap();
+            assert_eq!(policy(), libc::SCHED_OTHER);
+        })
+        .join()
+        .unwrap();
+    }
 
     #[test]
     fn the_machine_has_at_least_one_possible_cpu() {
