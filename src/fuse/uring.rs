@@ -652,10 +652,6 @@ impl PollWindow {
     }
 }
 
-/// Starts the threads of one queue per possible CPU on the connection `dev`, each thread
-/// saying on `ended` when it ends (how, and under which name); returns the number of queues
-/// and of threads once every entry is registered (the kernel then sends requests on the
-/// rings).
 /// How a queue's threads wait (`ring_poll=`, `ring_idle=`).
 #[derive(Clone, Copy, Debug)]
 pub struct Tuning {
@@ -665,6 +661,10 @@ pub struct Tuning {
     pub idle_wait: bool,
 }
 
+/// Starts the threads of one queue per possible CPU on the connection `dev`, each thread
+/// saying on `ended` when it ends (how, and under which name); returns the number of queues
+/// and of threads once every entry is registered (the kernel then sends requests on the
+/// rings).
 pub fn start(
     fuse: Arc<MirrorFuse>,
     dev: Arc<File>,
