@@ -515,7 +515,11 @@ fn assert_running(job: &mut Child, out: &Path) {
 fn fio_done(job: &mut Child, out: &Path, what: &str) -> (f64, f64) {
     let st = wait_timeout(job, Duration::from_secs(120), "fio");
     let err = fs::read_to_string(out.with_extension("err")).unwrap_or_default();
-    assert!(st.success(), "{what}: fio failed ({st}): {err}");
+    assert!(
+        st.success(),
+        "{what}: fio failed ({st}): {err}\n{}",
+        fs::read_to_string(out).unwrap_or_default()
+    );
     let (read_s, write_s, errors) = fio_worst(out);
     eprintln!(
         "{what}: fio errors {errors}, slowest read {read_s:.3} s, slowest write {write_s:.3} s"
