@@ -314,7 +314,15 @@ fn get_set_list() {
             continue;
         }
         let got = text(&cmd(&["get", k]).stdout);
-        assert_eq!(got.trim_end_matches('\n'), *v, "get {k} vs list");
+        let got = got.trim_end_matches('\n');
+        if *k == "notify_looks" {
+            // A live count (the watcher looks twice a second): it may have moved on between the
+            // list and the get, never back.
+            let n = |s: &str| s.parse::<u64>().unwrap_or_else(|_| panic!("{k}={s:?}"));
+            assert!(n(got) >= n(v), "get {k} {got} went back from list's {v}");
+            continue;
+        }
+        assert_eq!(got, *v, "get {k} vs list");
     }
     m.finish();
 }
