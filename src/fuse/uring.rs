@@ -457,6 +457,7 @@ fn serve_reads(
                 Done::Wake => {
                     while let Ok(slot) = q.to_reader.1.try_recv() {
                         r.start(&mut ring, slot)?;
+                        ring.submit()?;
                     }
                     if !q.ended.load(Ordering::Acquire) {
                         ring.arm_wake(&q.wake)?;
