@@ -12,7 +12,8 @@
 #   RUNTIME=10       each fio read job, in fio's units (10 = seconds, 500ms)
 #   ROUNDS=1         how many times every row runs (each round: tar, the reads, rm, fio); the
 #                    tables give each figure's median over the rounds, the raw table also its
-#                    lowest and highest (one shot per row swings by up to 2 x on a shared VM)
+#                    lowest and highest (one shot per row swings by up to 2 x on a shared VM);
+#                    each round runs the targets in another order (rotated)
 #   ENTRIES=all      how many entries of /usr/include the tree gets (parents first)
 #   NFILES=3000      the small-file read: regular files under 64 KiB, in tree order
 #   GIT_SRC=         the repository to clone (default: this one), copied bare once under DIR
@@ -330,8 +331,18 @@ fio_job() { # ROW TARGET FIO-ARGS...: VAL = MB/s (10^6 B/s) or IOPS
     fi
 }
 # Each row runs on every target before the next row starts: the machine's load moves in
-# minutes, so the targets of one row see the same load.
-each() { local t; for t in "${TARGETS[@]}"; do "$@" "$t" "${PATH_OF[$t]}"; done; }
+# minutes, so the targets of one row see the same load. And each round starts the row at
+# another target (ORDER, set per round), so that no target is always the one that runs after
+# the others' writes: in one run in a fixed order, the sequential write's last two targets
+# got 0.42-0.51 x the leg in every round whatever their transport (mirrorfs over io_uring,
+# and over /dev/fuse with passthrough), while the two transports side by side alone wrote
+# 485-560 (io_uring) and 408-467 MB/s (/dev/fuse).
+ORDER=("${TARGETS[@]}")
+order_for_round() { # ROUND: ORDER is TARGETS rotated, by as far apart as ROUNDS allow
+    local n=${#TARGETS[@]} k
+    k=$(( (($1 - 1) * n / ROUNDS) % n ))
+    ORDER=("${TARGETS[@]:k}" "${TARGETS[@]:0:k}")
+}
 # The daemon's CPU time per request answered, for the mirrorfs targets (their statistics count
 # the requests, transport.requests): CPU[STEP,TARGET] in microseconds.
 declare -A CPU=()
@@ -342,7 +353,7 @@ daemon_requests() {
 }
 each_counted() { # STEP: each "do_STEP", with each mirrorfs daemon's CPU per request meanwhile
     local step=$1 t p c0 r0 c1 r1
-    for t in "${TARGETS[@]}"; do
+    for t in "${ORDER[@]}"; do
         p=${PATH_OF[$t]}
         if [[ $t == mirrorfs* ]]; then
             c0=$(daemon_ticks "${PID[$p]}"); r0=$(daemon_requests "$p")
@@ -449,6 +460,8 @@ say "targets: ${TARGETS[*]}; tree $NENT entries, $NSMALL small files, git $NGIT 
 # show their medians.
 declare -A ALL=() CPUS=()
 for round in $(seq "$ROUNDS"); do
+    order_for_round "$round"
+    say "round $round/$ROUNDS: ${ORDER[*]}"
     for step in tar find ls read git rm seqwrite seqwrite_slow seqread randread; do
         s=$EPOCHSECONDS
         each_counted "$step"
