@@ -429,12 +429,12 @@ do_seqwrite_slow() {
     esac
     rm -f "$dir/slow.dat"; drop
     # Every FUSE daemon joins the cgroup for the job, not only the one measured: the targets
-    # share leg B's filesystem, and a daemon's syncfs (a mirrorfs's write-intent and checksum
-    # commits, seconds after its own writes) writes back every dirty page there, the job's
-    # too, outside the limit. With only the measured daemon in it, the leg's job got 98, 169
-    # and 841 MB/s in the three rounds of one run (the rounds where it ran after the mirrors);
-    # alone, with a `sync -f` of leg B twice a second from outside the cgroup, 878 and 96 MB/s
-    # in two tries (97-98 without).
+    # share leg B's filesystem, and a syncfs there from outside the cgroup (a mirrorfs daemon
+    # calls syncfs on its legs; which call did it here was not traced) writes back every dirty
+    # page there, the job's too, outside the limit. With only the measured daemon in it, the
+    # leg's job got 98, 169 and 841 MB/s in the three rounds of one run (the rounds where it
+    # ran after the mirrors); alone, with a `sync -f` of leg B twice a second from outside the
+    # cgroup, 878 and 96 MB/s in two tries (97-98 without).
     for p in "${PID[@]}"; do echo "$p" >"$SLOW_CG/cgroup.procs"; done
     out=$(cd "$DIR" && echo "$BASHPID" >"$SLOW_CG/cgroup.procs" &&
         exec fio --output-format=json --name=seqwrite_slow --directory="$dir" "${SEQWRITE[@]/%bench.dat/slow.dat}" 2>"$DIR/out") || rc=$?
